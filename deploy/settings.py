@@ -82,14 +82,22 @@ class Settings(BaseSettings):
 
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment (and ``overrides``), or raise ConfigError naming the setting."""
+    from shared_logic.errors import SharedLogicError
+    from shared_logic.registry import load_pipeline
+
     env_file = os.environ.get("LAMBDA_ENV_FILE", ".env")
     try:
-        return Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+        settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
     except ValidationError as e:
         problems = "; ".join(
             f"LAMBDA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in e.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from e
+    try:
+        load_pipeline(settings.pipeline)
+    except SharedLogicError as e:
+        raise ConfigError(f"invalid settings: LAMBDA_PIPELINE: {e}") from e
+    return settings
 
 
 @lru_cache(maxsize=1)

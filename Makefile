@@ -1,0 +1,33 @@
+# Two commands for a newcomer:  `make run` (start the platform)  and  `make test` (the whole suite).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-fast bench clean help
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
+	@command -v java >/dev/null || { echo "Java 17+ is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)  ## set up and start the platform on its embedded defaults
+	$(BIN)/lambda-platform up
+
+test: $(STAMP)  ## set up and run every test tier
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)  ## skip the slow end-to-end tier
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(STAMP)  ## run the benchmarks (minutes; prints ratios)
+	$(BIN)/python benchmarks/batch_recompute.py
+
+clean:  ## remove the virtualenv and local data
+	rm -rf $(VENV) data

@@ -1,0 +1,214 @@
+"""lambda-platform: exact merged views from a Spark batch layer and a Spark speed layer.
+
+    lambda-platform ingest FILE      append a JSON Lines file to the master dataset (all or nothing)
+    lambda-platform batch run        recompute every view and serve it as a new generation
+    lambda-platform serve            run the HTTP API
+    lambda-platform up               load samples if the data dir is new, recompute, serve
+
+Configuration comes from LAMBDA_* environment variables (see README); the global options below
+override them for one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from batch_layer.errors import BatchLayerError
+from deploy.errors import DeployError
+from deploy.settings import Settings, load_settings
+from shared_logic.errors import SharedLogicError
+
+log = logging.getLogger("lambda_platform")
+console = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lambda-platform",
+        description=__doc__,
+        epilog="Every option falls back to its LAMBDA_* environment variable, then to the local default.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--data-dir", type=Path, help="folder for Delta tables, Redis data, logs (LAMBDA_DATA_DIR)")
+    parser.add_argument("--pipeline", help="built-in pipeline name or dotted module path (LAMBDA_PIPELINE)")
+    parser.add_argument("--redis-url", help="Redis URL; unset: embedded Redis (LAMBDA_REDIS_URL)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ingest = sub.add_parser("ingest", help="append a JSON Lines file of events to the master dataset",
+                            description="Validate every line of FILE against the pipeline's event schema, then "
+                                        "append all of it in one commit. Any bad line: every problem is listed "
+                                        "with its line number and field, and nothing is written.")
+    ingest.add_argument("file", type=Path, help="JSON Lines file, one event per line")
+    ingest.set_defaults(handler=_cmd_ingest)
+
+    batch = sub.add_parser("batch", help="batch-layer commands")
+    batch_sub = batch.add_subparsers(dest="batch_command", required=True, metavar="ACTION")
+    run = batch_sub.add_parser("run", help="recompute all views now and serve them as a new generation",
+                               description="Append a barrier to the master dataset, recompute every view over "
+                                           "the snapshot at its version with Spark, write the gold tables, load "
+                                           "Redis and flip the served generation. A failed run serves nothing new.")
+    run.set_defaults(handler=_cmd_batch_run)
+
+    serve = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn)")
+    serve.add_argument("--host", help="bind address (LAMBDA_HTTP_HOST)")
+    serve.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
+    serve.set_defaults(handler=_cmd_serve)
+
+    up = sub.add_parser("up", help="start the platform locally: samples (new data dir), a recompute, the API",
+                        description="On a fresh data dir, load sample events for a built-in pipeline; run a batch "
+                                    "recompute; serve the API until Ctrl-C.")
+    up.add_argument("--host", help="bind address (LAMBDA_HTTP_HOST)")
+    up.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
+    up.set_defaults(handler=_cmd_up)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        "data_dir": args.data_dir, "pipeline": args.pipeline, "redis_url": args.redis_url,
+        "http_host": getattr(args, "host", None), "http_port": getattr(args, "port", None),
+    }
+    return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _redis_url(settings: Settings) -> str:
+    from deploy.redis_server import resolve_redis_url
+
+    return resolve_redis_url(settings.redis_url, settings.data_dir)
+
+
+def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.master import MasterDataset
+    from batch_layer.storage import get_engine
+    from shared_logic.registry import load_pipeline
+
+    master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    result = master.ingest_file(args.file)
+    console.print(f"[green]ingested {result.events} events[/] from {args.file} at master version {result.version}")
+    return EXIT_OK
+
+
+def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.recompute import run_batch
+    from deploy.spark import build_spark
+    from shared_logic.registry import load_pipeline
+
+    pipeline = load_pipeline(settings.pipeline)
+    redis_url = _redis_url(settings)
+    with console.status(f"starting Spark ({settings.spark_master})"):
+        spark = build_spark(settings, f"lambda-batch-{pipeline.name}")
+    with console.status("recomputing (barrier, snapshot, views, gold, Redis, flip)"):
+        result = run_batch(spark, settings, pipeline, redis_url=redis_url)
+    table = Table(title=f"batch run {result.run_id}: {pipeline.name} at master version {result.generation}")
+    table.add_column("view")
+    table.add_column("rows", justify="right")
+    for name, rows in result.view_rows.items():
+        table.add_row(name, f"{rows:,}")
+    Console().print(table)
+    state = "now served" if result.flipped else "not served (a newer generation already is)"
+    Console().print(f"{result.events:,} events recomputed in {result.seconds:.1f}s; generation {result.generation} {state}")
+    return EXIT_OK
+
+
+def _serve(settings: Settings, redis_url: str) -> None:
+    import uvicorn
+
+    from serving.app import create_app
+
+    app = create_app(settings, redis_url=redis_url)
+    uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False)
+
+
+def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    _serve(settings, _redis_url(settings))
+    return EXIT_OK
+
+
+def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.master import MasterDataset, dump_jsonl
+    from batch_layer.storage import get_engine
+    from deploy.samples import sample_events
+    from shared_logic.registry import load_pipeline
+
+    pipeline = load_pipeline(settings.pipeline)
+    redis_url = _redis_url(settings)
+    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    if settings.master_path.exists() is False and (events := sample_events(pipeline.name)) is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            sample = Path(tmp) / f"{pipeline.name}-sample.jsonl"
+            dump_jsonl(events, sample)
+            result = master.ingest_file(sample)
+        console.print(f"loaded {result.events} sample events into a new master dataset (version {result.version})")
+    _cmd_batch_run(settings, args)
+    base = f"http://{settings.http_host}:{settings.http_port}"
+    first = pipeline.views[0]
+    Console().print(
+        f"\n[bold]Lambda platform up[/] (pipeline {pipeline.name}, data in {settings.data_dir.resolve()})\n"
+        f"  API docs:   {base}/docs\n"
+        f"  views:      {base}/v1/views\n"
+        f"  a key:      {base}/v1/views/{first.name}/keys/<key>\n"
+        f"  Redis:      {redis_url}\n"
+        "Ctrl-C stops the API.\n"
+    )
+    _serve(settings, redis_url)
+    return EXIT_OK
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=verbose)],
+    )
+    for noisy in ("py4j", "httpx", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, run the command, and return its exit status (errors are reported, not raised)."""
+    args = _parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    handler: Callable[[Settings, argparse.Namespace], int] = args.handler
+    try:
+        settings = _settings(args)
+        return handler(settings, args)
+    except DeployError as e:
+        console.print(f"[red]error:[/] {e}")
+        return EXIT_USAGE
+    except (SharedLogicError, BatchLayerError) as e:
+        console.print(f"[red]error:[/] {e}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point.
+
+    Exits through ``os._exit`` after flushing: a process that read through pyarrow datasets can
+    abort at interpreter shutdown (a known arrow/delta-rs fault, exit 134), which would hide the
+    command's real exit status.
+    """
+    code = run(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The FastAPI application: ``create_app(settings)`` builds it; ``serve`` runs it under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from serving.errors import ServingError
+from serving.routes import health, views
+from serving.store import ServingStore
+from shared_logic.errors import SharedLogicError, UnknownNameError
+from shared_logic.registry import load_pipeline
+
+if TYPE_CHECKING:
+    from deploy.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """
+Exact merged views of a Lambda-architecture platform.
+
+Every answer is computed from monoid parts of the served batch generation (and, with a speed
+layer running, its realtime segment), read from Redis in one atomic step. `version` in an
+answer is the master-dataset version it is exact for. When the platform cannot answer
+correctly it says so: 503 with the reason.
+"""
+
+
+def _error(status: int, exc: Exception) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": type(exc).__name__, "detail": str(exc)})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The one place exceptions become HTTP answers."""
+
+    @app.exception_handler(ServingError)
+    async def _serving(_: Request, exc: ServingError) -> JSONResponse:
+        if exc.status >= 500:
+            log.warning("answering %d: %s", exc.status, exc)
+        return _error(exc.status, exc)
+
+    @app.exception_handler(UnknownNameError)
+    async def _unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
+        return _error(404, exc)
+
+    @app.exception_handler(SharedLogicError)
+    async def _logic(_: Request, exc: SharedLogicError) -> JSONResponse:
+        return _error(422, exc)
+
+
+def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
+    """The API for ``settings.pipeline``, reading from the Redis at ``redis_url``."""
+    pipeline = load_pipeline(settings.pipeline)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.store = ServingStore(redis_url, pipeline.name)
+        try:
+            yield
+        finally:
+            await app.state.store.close()
+
+    app = FastAPI(
+        title=f"Lambda platform: {pipeline.name}",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.pipeline = pipeline
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(views.router)
+    app.include_router(health.router)
+    return app

