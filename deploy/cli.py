@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
@@ -29,7 +30,8 @@ from deploy.settings import Settings, load_settings
 from shared_logic.errors import SharedLogicError
 
 log = logging.getLogger("lambda_platform")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -97,7 +99,7 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
 
     master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
     result = master.ingest_file(args.file)
-    console.print(f"[green]ingested {result.events} events[/] from {args.file} at master version {result.version}")
+    console.print(f"[green]ingested {result.events} events[/] from {escape(str(args.file))} at master version {result.version}")
     return EXIT_OK
 
 
@@ -117,9 +119,9 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
     table.add_column("rows", justify="right")
     for name, rows in result.view_rows.items():
         table.add_row(name, f"{rows:,}")
-    Console().print(table)
+    out.print(table)
     state = "now served" if result.flipped else "not served (a newer generation already is)"
-    Console().print(f"{result.events:,} events recomputed in {result.seconds:.1f}s; generation {result.generation} {state}")
+    out.print(f"{result.events:,} events recomputed in {result.seconds:.1f}s; generation {result.generation} {state}")
     return EXIT_OK
 
 
@@ -155,7 +157,7 @@ def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     _cmd_batch_run(settings, args)
     base = f"http://{settings.http_host}:{settings.http_port}"
     first = pipeline.views[0]
-    Console().print(
+    out.print(
         f"\n[bold]Lambda platform up[/] (pipeline {pipeline.name}, data in {settings.data_dir.resolve()})\n"
         f"  API docs:   {base}/docs\n"
         f"  views:      {base}/v1/views\n"
@@ -178,6 +180,10 @@ def _configure_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _report(error: Exception) -> None:
+    console.print(f"[red]error:[/] {escape(str(error))}")
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return its exit status (errors are reported, not raised)."""
     args = _parser().parse_args(argv)
@@ -187,10 +193,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
         return handler(settings, args)
     except DeployError as e:
-        console.print(f"[red]error:[/] {e}")
+        _report(e)
         return EXIT_USAGE
     except (SharedLogicError, BatchLayerError) as e:
-        console.print(f"[red]error:[/] {e}")
+        _report(e)
         return EXIT_FAILED
     except KeyboardInterrupt:
         console.print("interrupted")

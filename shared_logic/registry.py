@@ -23,8 +23,6 @@ def load_pipeline(name: str) -> Pipeline:
     PipelineDefinitionError when the module does not follow the contract.
     """
     module_path = BUILTIN_PIPELINES.get(name, name)
-    if module_path is name and "." not in name:
-        raise UnknownNameError("pipeline", name, list(BUILTIN_PIPELINES))
     try:
         module = importlib.import_module(module_path)
     except ModuleNotFoundError as e:
