@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from batch_layer.errors import PublishError
-from serving.keys import Keys, field_column
+from serving.keys import Keys, encode_field, key_column, window_column
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
@@ -32,13 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FIELD, _VALUES = "_field", "_values"
+_KEY, _WS = "_key", "_ws"
 _FLIP = """
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -2 end
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local generation = tonumber(ARGV[1])
+local generation = tonumber(ARGV[2])
 if generation <= current then return current end
-redis.call('HSET', KEYS[2], unpack(ARGV, 2))
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('SET', KEYS[1], ARGV[2])
 return generation
 """
 
@@ -59,6 +61,7 @@ class _LoadSpec:
     pipeline: str
     generation: int
     view: str
+    scalars: tuple[str, ...]
     distinct: tuple[str, ...]
     chunk: int
 
@@ -66,60 +69,87 @@ class _LoadSpec:
 def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, redis_url: str, chunk: int) -> int:
     """Write one view's gold rows into Redis under generation ``generation``; returns rows written.
 
-    Encoding happens in the JVM (field names, JSON of the scalar parts); the Python workers only
-    stream Arrow batches into pipelined HSET / PFADD calls, one connection per partition.
+    Key encoding happens in the JVM; the Python workers stream Arrow batches into pipelined
+    ZADD (one call per measure and window per chunk) and PFADD calls, one connection per partition.
     """
     from pyspark.sql import functions as F
 
-    scalars = [m.name for m in view.scalar_measures]
     encoded = rows.select(
-        field_column(view.keys, WINDOW_START if view.window else None).alias(_FIELD),
-        F.to_json(F.struct(*scalars)).alias(_VALUES),
+        key_column(view.keys).alias(_KEY),
+        window_column(WINDOW_START if view.window else None).alias(_WS),
+        *(F.col(m.name).cast("double") for m in view.scalar_measures),
         *(F.col(m.name) for m in view.distinct_measures),
     )
-    spec = _LoadSpec(redis_url, pipeline, generation, view.name, tuple(m.name for m in view.distinct_measures), chunk)
+    spec = _LoadSpec(
+        redis_url, pipeline, generation, view.name,
+        tuple(m.name for m in view.scalar_measures), tuple(m.name for m in view.distinct_measures), chunk,
+    )
     counts = encoded.mapInArrow(functools.partial(_load_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
 
 
 def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     keys = Keys(spec.pipeline)
-    values_key = keys.values(spec.generation, spec.view)
     client = redis_client(spec.redis_url)
     written = 0
     try:
         for batch in batches:
             columns = batch.to_pydict()
-            fields, values = columns[_FIELD], columns[_VALUES]
-            for start in range(0, len(fields), spec.chunk):
+            for start in range(0, batch.num_rows, spec.chunk):
                 stop = start + spec.chunk
                 pipe = client.pipeline(transaction=False)
-                pipe.hset(values_key, mapping=dict(zip(fields[start:stop], values[start:stop])))
-                for measure in spec.distinct:
-                    for field, members in zip(fields[start:stop], columns[measure][start:stop]):
-                        if members:
-                            pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, field), *members)
+                _queue_chunk(pipe, keys, spec, {name: col[start:stop] for name, col in columns.items()})
                 pipe.execute()
-            written += len(fields)
+            written += batch.num_rows
     finally:
         client.close()
     yield pa.RecordBatch.from_pydict({"rows": [written]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def begin(client: redis.Redis, keys: Keys, generation: int) -> None:
-    """Record that ``generation`` is being loaded, so its keys are found and dropped if the run dies."""
+def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
+    scores: dict[str, dict[str, float]] = {}
+    for i, (key, ws) in enumerate(zip(chunk[_KEY], chunk[_WS])):
+        window = int(ws) if ws else None
+        for measure in spec.scalars:
+            value = chunk[measure][i]
+            if value is not None:
+                scores.setdefault(keys.scores(spec.generation, spec.view, measure, window), {})[key] = value
+        for measure in spec.distinct:
+            if members := chunk[measure][i]:
+                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, window)), *members)
+    for name, mapping in scores.items():
+        pipe.zadd(name, mapping)
+
+
+def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
+    """This Redis dataset's epoch marker, created if missing. A different value later means data was lost."""
+    client.set(keys.epoch, uuid.uuid4().hex, nx=True)
+    return client.get(keys.epoch).decode()
+
+
+def begin(client: redis.Redis, keys: Keys, generation: int) -> str:
+    """Record that ``generation`` is being loaded (so a dead run's keys get dropped); returns the epoch."""
+    epoch = ensure_epoch(client, keys)
     client.sadd(keys.generations, generation)
+    return epoch
 
 
-def flip(client: redis.Redis, keys: Keys, generation: int, meta: Mapping[str, object]) -> bool:
-    """Serve ``generation`` from now on, atomically, unless a newer one is already served."""
-    args: list[object] = [generation]
+def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Mapping[str, object]) -> bool:
+    """Serve ``generation`` from now on, atomically, unless a newer one is already served.
+
+    Refused (PublishError) when Redis's epoch is not ``epoch``: Redis lost data during the load,
+    so the loaded generation may be incomplete.
+    """
+    args: list[object] = [epoch, generation]
     for name, value in {**meta, "version": generation, "published_at": time.time()}.items():
         args += [name, value if isinstance(value, (int, float, str)) else json.dumps(value)]
     try:
-        served = client.eval(_FLIP, 2, keys.current, keys.meta(generation), *args)
+        served = client.eval(_FLIP, 3, keys.current, keys.meta(generation), keys.epoch, *args)
     except redis.RedisError as e:
         raise PublishError(f"cannot flip the served generation of {keys.pipeline!r} to {generation}: {e}") from e
+    if served == -2:
+        raise PublishError(f"Redis lost its data while generation {generation} of {keys.pipeline!r} was loading; "
+                           "nothing was flipped: run the batch again")
     return int(served) == generation
 
 
@@ -128,22 +158,34 @@ def served_generation(client: redis.Redis, keys: Keys) -> int | None:
     return None if value is None else int(value)
 
 
-def drop_stale(client: redis.Redis, keys: Keys) -> Sequence[int]:
-    """Delete every generation older than the served one (left by earlier or failed runs)."""
+def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
+    """Delete every generation and realtime segment older than the served generation.
+
+    Safe while readers and the speed layer run: readers only touch the served generation and its
+    segment (atomically, in Lua), and the speed layer's writes skip segments below the pointer.
+    """
     served = served_generation(client, keys)
     if served is None:
-        return []
-    stale = sorted(g for g in (int(x) for x in client.smembers(keys.generations)) if g < served)
-    for generation in stale:
-        batch: list[bytes] = []
-        for key in client.scan_iter(match=f"{keys.generation_prefix(generation)}:*", count=2000):
-            batch.append(key)
-            if len(batch) >= 2000:
-                client.unlink(*batch)
-                batch.clear()
-        if batch:
+        return {}
+    dropped: dict[str, list[int]] = {}
+    for index, prefix_of in ((keys.generations, keys.generation_prefix), (keys.segments, keys.segment_prefix)):
+        stale = sorted(g for g in (int(x) for x in client.smembers(index)) if g < served)
+        for number in stale:
+            delete_prefix(client, prefix_of(number))
+            client.srem(index, number)
+        dropped[index.rsplit(":", 1)[-1]] = stale
+    if any(dropped.values()):
+        log.info("dropped stale data of %s below generation %d: %s", keys.pipeline, served, dropped)
+    return dropped
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> None:
+    """Delete every key under ``prefix:`` (SCAN + UNLINK in batches; never blocks Redis for long)."""
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{prefix}:*", count=2000):
+        batch.append(key)
+        if len(batch) >= 2000:
             client.unlink(*batch)
-        client.srem(keys.generations, generation)
-    if stale:
-        log.info("dropped stale generations %s of %s", stale, keys.pipeline)
-    return stale
+            batch.clear()
+    if batch:
+        client.unlink(*batch)

@@ -60,7 +60,7 @@ def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, re
     log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
     events = master.snapshot(spark, generation)
     rows = pipeline.transform(events)
-    publish.begin(client, keys, generation)
+    epoch = publish.begin(client, keys, generation)
 
     view_rows: dict[str, int] = {}
     for view in pipeline.views:
@@ -78,7 +78,7 @@ def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, re
     fault_point("before-flip")
     meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count}
     meta.update({f"rows:{name}": n for name, n in view_rows.items()})
-    flipped = publish.flip(client, keys, generation, meta)
+    flipped = publish.flip(client, keys, generation, epoch, meta)
     if flipped:
         log.info("run %s: now serving generation %d", run_id, generation)
         publish.drop_stale(client, keys)

@@ -112,13 +112,12 @@ def instrument(spark: Any) -> None:
     STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
     STEPS.wrap(recompute, "write_generation", lambda rows, table, *a, **k: f"3 gold {table.name}: write_generation")
     STEPS.wrap(DataFrameWriter, "parquet", "3.1  of which Spark job: scan+aggregate+write parquet")
-    STEPS.wrap(DeltaRsEngine, "ensure_table", "3.2  of which delta-rs ensure_table + commit_files")
-    STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs ensure_table + commit_files")
-    STEPS.wrap(publish, "redis_client", "4 redis: client, begin, flip, drop_stale")
-    STEPS.wrap(publish, "begin", "4 redis: client, begin, flip, drop_stale")
+    STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs commit_files (gold Delta commit)")
+    STEPS.wrap(publish, "redis_client", "4 redis: client + begin + flip")
+    STEPS.wrap(publish, "begin", "4 redis: client + begin + flip")
     STEPS.wrap(publish, "load_view", lambda rows, view, **k: f"5 redis load {view.name} (load_view)")
-    STEPS.wrap(publish, "flip", "4 redis: client, begin, flip, drop_stale")
-    STEPS.wrap(publish, "drop_stale", "4 redis: client, begin, flip, drop_stale")
+    STEPS.wrap(publish, "flip", "4 redis: client + begin + flip")
+    STEPS.wrap(publish, "drop_stale", "7 redis drop_stale (SCAN + UNLINK of the previous generation)")
     STEPS.wrap(type(spark.range(1)), "count", "6 events.count() (another scan of the snapshot)")
 
 
@@ -147,6 +146,12 @@ def event_chunks(schema: pa.Schema, events: int, *, users: int, merchants: int, 
         yield pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
 
 
+def chunk_rows(args: argparse.Namespace, events: int) -> int:
+    """Rows per append: --chunk-rows, but at least --min-files appends (delta-rs writes one row group per
+    file at these sizes, and Spark cannot split a row group: one file would leave one core idle)."""
+    return max(1, min(args.chunk_rows, -(-events // args.min_files)))
+
+
 def build_master(settings: Any, pipeline: Any, args: argparse.Namespace, events: int) -> tuple[int, float]:
     """Append the synthetic dataset; returns (master files, seconds)."""
     from deltalake import DeltaTable
@@ -157,7 +162,7 @@ def build_master(settings: Any, pipeline: Any, args: argparse.Namespace, events:
     master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
     started = time.perf_counter()
     for chunk in event_chunks(master.schema, events, users=args.users, merchants=args.merchants,
-                              chunk_rows=args.chunk_rows, seed=args.seed):
+                              chunk_rows=chunk_rows(args, events), seed=args.seed):
         master.append(chunk, metadata={"lambda.source": "benchmark"})
     return len(DeltaTable(str(settings.master_path)).file_uris()), time.perf_counter() - started
 
@@ -262,12 +267,22 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
         gold_rows, hand_rows = gold.count(), hand.count()
         if bad or gold_rows != hand_rows:
             problems.append(f"{view.name}: gold {gold_rows} rows, hand-written {hand_rows} rows, {bad} differ")
+    # Redis: A's generation is served, and each view has one sketch key per gold row (every row has
+    # merchants). Only Keys.sketch and served_generation are relied on, not the rest of the layout.
+    from batch_layer.publish import served_generation
+
     client = redis.Redis.from_url(redis_url)
     keys = Keys(pipeline.name)
-    for view_name, rows in a_result["rows"].items():
-        fields = client.hlen(keys.values(a_result["generation"], view_name))
-        if fields != rows:
-            problems.append(f"Redis {view_name}: {fields} fields for {rows} gold rows")
+    served = served_generation(client, keys)
+    if served != a_result["generation"]:
+        problems.append(f"Redis serves generation {served}, run_batch published {a_result['generation']}")
+    for view in pipeline.views:
+        for measure in view.distinct_measures:
+            pattern = keys.sketch(a_result["generation"], view.name, measure.name, "*")
+            sketches = sum(1 for _ in client.scan_iter(match=pattern, count=10_000))
+            if sketches != a_result["rows"][view.name]:
+                problems.append(f"Redis {view.name}: {sketches} {measure.name} sketches for "
+                                f"{a_result['rows'][view.name]} gold rows")
     client.close()
     return problems
 
@@ -275,6 +290,92 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
 # --------------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------------
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes of the machine have been busy (Linux /proc/stat; 0 elsewhere)."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return 0.0
+    return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
+
+
+def own_cpu_seconds(extra_pids: tuple[int, ...] = ()) -> float:
+    """CPU seconds of this process and its descendants (JVM, Python workers), plus ``extra_pids`` (Redis)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    cpu: dict[int, float] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/stat").exists() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        rest = text[text.rindex(")") + 2:].split()
+        pid = int(entry.name)
+        children[int(rest[1])].append(pid)
+        cpu[pid] = sum(int(x) for x in rest[11:15]) / _CLOCK_TICKS  # utime stime cutime cstime
+    total, todo = 0.0, [os.getpid(), *extra_pids]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def others_cpu(seconds: float, extra_pids: tuple[int, ...]) -> float:
+    """Cores used by processes other than ours (other jobs on a shared machine), sampled over ``seconds``."""
+    machine, own = machine_busy_seconds(), own_cpu_seconds(extra_pids)
+    time.sleep(seconds)
+    return max(0.0, (machine_busy_seconds() - machine) - (own_cpu_seconds(extra_pids) - own)) / seconds
+
+
+def wait_until_quiet(args: argparse.Namespace, extra_pids: tuple[int, ...]) -> tuple[float, float]:
+    """Before a timed run, wait (up to --quiet-timeout) until other processes use < --quiet-cores cores.
+    Returns (seconds waited, cores the others used in the last sample)."""
+    started = time.perf_counter()
+    load = others_cpu(1.0, extra_pids)
+    while load > args.quiet_cores and time.perf_counter() - started < args.quiet_timeout:
+        load = others_cpu(2.0, extra_pids)
+    return time.perf_counter() - started, load
+
+
+def redis_info(url: str) -> dict[str, Any]:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        return client.info()
+    finally:
+        client.close()
+
+
+def redis_cpu(info: dict[str, Any]) -> float:
+    """CPU seconds of the Redis server: main process and its children (AOF rewrite forks)."""
+    return sum(float(info.get(k, 0.0)) for k in
+               ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children"))
+
+
+def settle(spark: Any, redis_url: str, timeout: float = 300.0) -> float:
+    """Let the previous variant's background work finish before the next one is timed: Redis AOF
+    rewrites and lazy frees (UNLINK) left by A, Python and JVM garbage. Returns the seconds waited."""
+    import gc
+
+    started = time.perf_counter()
+    gc.collect()
+    spark.sparkContext._jvm.System.gc()
+    while time.perf_counter() - started < timeout:
+        info = redis_info(redis_url)
+        busy = (int(info.get("aof_rewrite_in_progress", 0)) or int(info.get("aof_rewrite_scheduled", 0))
+                or int(info.get("lazyfree_pending_objects", 0)) or int(info.get("rdb_bgsave_in_progress", 0)))
+        if not busy:
+            break
+        time.sleep(0.1)
+    return time.perf_counter() - started
 
 
 @dataclass
@@ -296,7 +397,7 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
     print(f"\n## {events:,} events: generating the master dataset in {size_dir} ...", flush=True)
     files, gen_seconds = build_master(settings, pipeline, args, events)
     print(f"   {files} parquet files appended in {gen_seconds:.1f}s "
-          f"({args.users:,} users, {args.merchants:,} merchants, chunks of {args.chunk_rows:,} rows)", flush=True)
+          f"({args.users:,} users, {args.merchants:,} merchants, chunks of {chunk_rows(args, events):,} rows)", flush=True)
     redis_url = ensure_embedded_redis(size_dir / "redis")
     b_root = Path(tempfile.mkdtemp(prefix="hand-", dir=size_dir))
 
@@ -309,6 +410,11 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
 
     def run(key: str, iteration: int) -> float:
         out = b_root / f"run-{iteration}"
+        settle(spark, redis_url)
+        before = redis_info(redis_url)
+        pids = (int(before["process_id"]),)
+        waited, load_before = wait_until_quiet(args, pids)
+        machine, own = machine_busy_seconds(), own_cpu_seconds(pids)
         with STEPS.recording() as steps:
             started = time.perf_counter()
             if key == "A":
@@ -318,6 +424,17 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
             else:
                 results[key] = variant_c(spark, settings, pipeline)
             seconds = time.perf_counter() - started
+        machine, own = machine_busy_seconds() - machine, own_cpu_seconds(pids) - own
+        after = redis_info(redis_url)
+        steps["9.05 (CPU seconds used by this benchmark: driver, JVM, Python workers, Redis)"] = own
+        steps["9.06 (CPU seconds used by OTHER processes on the machine during the run)"] = max(0.0, machine - own)
+        steps["9.07 (waited for other processes to quiet down before the run, s)"] = waited
+        steps["9.08 (cores used by other processes just before the run)"] = load_before
+        steps["9.1 (Redis server CPU seconds during the run)"] = redis_cpu(after) - redis_cpu(before)
+        steps["9.2 (Redis forks during the run: AOF rewrites)"] = float(after["total_forks"] - before["total_forks"])
+        steps["9.25 (Redis AOF growth during the run, MB)"] = (after["aof_current_size"] - before["aof_current_size"]) / 1e6
+        steps["9.3 (wait for Redis to go idle after the run: AOF rewrite, lazy free)"] = settle(spark, redis_url)
+        log.info("%s run %d: %.2fs %s", key, iteration, seconds, {k: round(v, 2) for k, v in steps.items()})
         if iteration > 0:
             variants[key].seconds.append(seconds)
             variants[key].steps.append(dict(steps))
@@ -330,7 +447,7 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
             print(f"     {key}: {seconds:.2f}s", flush=True)
         if not args.no_verify:
             problems = verify(spark, settings, pipeline, b_root / "run-0", results["A"], redis_url, events)
-            print("   check: gold == hand-written output row by row; Redis fields == gold rows: "
+            print("   check: gold == hand-written output row by row; Redis serves A's generation, one sketch per gold row: "
                   + ("OK" if not problems else "MISMATCH: " + "; ".join(problems)), flush=True)
         shutil.rmtree(b_root / "run-0", ignore_errors=True)
         for i in range(1, args.repeat + 1):
@@ -358,29 +475,63 @@ def report(args: argparse.Namespace, spark: Any, settings: Any, events: int, fil
           f"spark.sql.shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
           f"AQE={spark.conf.get('spark.sql.adaptive.enabled')}, driver memory {settings.spark_driver_memory}; "
           f"median of {args.repeat} timed runs after 1 warm-up, order A B C repeated")
-    print(f"{'variant':<60}{'median s':>10}{'events/s':>13}   runs (s)")
+    own_label = "9.05 (CPU seconds used by this benchmark: driver, JVM, Python workers, Redis)"
+    cpu = {k: statistics.median(steps.get(own_label, 0.0) for steps in v.steps) for k, v in variants.items()}
+    print(f"{'variant':<60}{'median s':>10}{'events/s':>13}{'CPU s':>9}   runs (s)")
     for v in variants.values():
         runs = " ".join(f"{s:.2f}" for s in v.seconds)
-        print(f"{v.title:<60}{med[v.key]:>10.2f}{events / med[v.key]:>13,.0f}   {runs}")
+        print(f"{v.title:<60}{med[v.key]:>10.2f}{events / med[v.key]:>13,.0f}{cpu[v.key]:>9.1f}   {runs}")
     verdict = "MET" if a_b <= TARGET_A_OVER_B else "NOT MET"
-    print(f"A/B = {a_b:.2f}   (target A/B <= {TARGET_A_OVER_B}: {verdict})")
-    print(f"C/B = {c_b:.2f}   (framework overhead on the Spark work, Redis excluded)")
+    cpu_ratio = (lambda k: f"{cpu[k] / cpu['B']:.2f}" if cpu["B"] else "n/a")
+    print(f"A/B = {a_b:.2f}   (target A/B <= {TARGET_A_OVER_B}: {verdict}; by CPU seconds: {cpu_ratio('A')})")
+    print(f"C/B = {c_b:.2f}   (framework overhead on the Spark work, Redis excluded; by CPU seconds: {cpu_ratio('C')})")
     print(f"A-C = {med['A'] - med['C']:.2f}s  (Redis publishing: load_view x {len(results['A']['rows'])}, "
           f"begin/flip/drop_stale)")
-    print("where the time goes (median seconds per step over the timed runs; 3.x are parts of 3):")
+    other_label = "9.06 (CPU seconds used by OTHER processes on the machine during the run)"
+    others = sum(steps.get(other_label, 0.0) for v in variants.values() for steps in v.steps)
+    wall = sum(sum(v.seconds) for v in variants.values())
+    shared = others / wall if wall else 0.0
+    print(f"other processes on the machine used {shared:.2f} cores on average during the timed runs"
+          + (f" -- WARNING: the machine was shared ({os.cpu_count()} CPUs); wall times are inflated and noisy"
+             if shared > args.quiet_cores else " (quiet machine)"))
+    print("where the time goes (median seconds per step over the timed runs; indented steps are parts of "
+          "the step above; in parentheses: measured alongside, not part of the wall time):")
     for v in variants.values():
         labels = sorted({label for steps in v.steps for label in steps})
         print(f"  {v.title}")
         accounted = [0.0] * len(v.steps)
+        extra = []
         for label in labels:
             values = [steps.get(label, 0.0) for steps in v.steps]
-            if not label.split(" ", 1)[0].count("."):
+            number, text = label.split(" ", 1)
+            if number.startswith("9."):
+                extra.append((text, statistics.median(values)))
+                continue
+            if "." not in number:
                 accounted = [a + x for a, x in zip(accounted, values)]
-            print(f"    {label[label.index(' ') + 1:]:<66}{statistics.median(values):>8.2f}"
-                  f"{100 * statistics.median(values) / med[v.key]:>6.0f}%")
+            print(f"    {text:<72}{statistics.median(values):>8.2f}{100 * statistics.median(values) / med[v.key]:>6.0f}%")
         rest = statistics.median([s - a for s, a in zip(v.seconds, accounted)])
-        print(f"    {'rest (driver glue, untimed)':<66}{rest:>8.2f}{100 * rest / med[v.key]:>6.0f}%")
+        print(f"    {'rest (driver glue, untimed)':<72}{rest:>8.2f}{100 * rest / med[v.key]:>6.0f}%")
+        for text, value in extra:
+            print(f"    {text:<72}{value:>8.2f}")
     sys.stdout.flush()
+
+
+def code_version() -> str:
+    """The commit benchmarked, and which tracked product files differ from it (the working tree is what runs)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "batch_layer", "shared_logic",
+                                  "serving", "deploy", "speed_layer"], capture_output=True, text=True,
+                                 check=True).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    changed = [line[3:] for line in changed if line.strip()]
+    return f"commit {head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
 
 
 def settings_overrides(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
@@ -410,15 +561,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--merchants", type=int, default=200, help="distinct merchant values")
     parser.add_argument("--chunk-rows", type=int, default=1_000_000,
                         help="rows per MasterDataset.append (one commit / file each)")
+    parser.add_argument("--min-files", type=int, default=4,
+                        help="at least this many appends (files), even if chunks get smaller than --chunk-rows")
     parser.add_argument("--seed", type=int, default=42, help="random seed of the generated events")
     parser.add_argument("--driver-memory", default="8g", help="spark_driver_memory setting")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
                         help="spark_shuffle_partitions setting (default: the Settings default / LAMBDA_ env)")
     parser.add_argument("--spark-master", default=None, help="spark_master setting (default: Settings default)")
+    parser.add_argument("--quiet-cores", type=float, default=0.25,
+                        help="before each run, wait until other processes on the machine use fewer cores than this")
+    parser.add_argument("--quiet-timeout", type=float, default=60.0,
+                        help="longest wait (s) for the machine to quiet down before a run; then run anyway")
     parser.add_argument("--no-verify", action="store_true", help="skip the untimed correctness check after warm-up")
     parser.add_argument("--verbose", action="store_true", help="log the platform's INFO messages")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or min(args.events) < 1 or args.chunk_rows < 1 or args.users < 1 or args.merchants < 1:
+    if args.repeat < 1 or min(args.events) < 1 or args.chunk_rows < 1 or args.min_files < 1 or args.users < 1 or args.merchants < 1:
         parser.error("--repeat, --events, --chunk-rows, --users and --merchants must be >= 1")
     return args
 
@@ -438,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(**settings_overrides(args, run_root))
         started = time.perf_counter()
         spark = build_spark(settings, app_name="bench-batch-recompute")
+        print(f"code: {code_version()}", flush=True)
         print(f"SparkSession up in {time.perf_counter() - started:.1f}s: master {settings.spark_master}, "
               f"shuffle partitions {settings.spark_shuffle_partitions}, driver memory {settings.spark_driver_memory}; "
               f"data in {run_root}", flush=True)

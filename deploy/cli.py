@@ -2,6 +2,7 @@
 
     lambda-platform ingest FILE      append a JSON Lines file to the master dataset (all or nothing)
     lambda-platform batch run        recompute every view and serve it as a new generation
+    lambda-platform speed run        stream new versions into realtime segments, exactly once
     lambda-platform serve            run the HTTP API
     lambda-platform up               load samples if the data dir is new, recompute, serve
 
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
                                            "Redis and flip the served generation. A failed run serves nothing new.")
     run.set_defaults(handler=_cmd_batch_run)
 
+    speed = sub.add_parser("speed", help="speed-layer commands")
+    speed_sub = speed.add_subparsers(dest="speed_command", required=True, metavar="ACTION")
+    speed_run = speed_sub.add_parser(
+        "run", help="run the speed layer continuously (Ctrl-C / SIGTERM stops it after the micro-batch in flight)",
+        description="Stream the master dataset's new versions through the shared transform and views into "
+                    "realtime segments in Redis, exactly once. Resumes from its checkpoint under the data dir.")
+    speed_run.set_defaults(handler=_cmd_speed_run)
+
     serve = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn)")
     serve.add_argument("--host", help="bind address (LAMBDA_HTTP_HOST)")
     serve.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
@@ -122,6 +131,19 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
     out.print(table)
     state = "now served" if result.flipped else "not served (a newer generation already is)"
     out.print(f"{result.events:,} events recomputed in {result.seconds:.1f}s; generation {result.generation} {state}")
+    return EXIT_OK
+
+
+def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
+    from deploy.spark import build_spark
+    from shared_logic.registry import load_pipeline
+    from speed_layer.runner import run_speed_layer
+
+    pipeline = load_pipeline(settings.pipeline)
+    redis_url = _redis_url(settings)
+    spark = build_spark(settings, f"lambda-speed-{pipeline.name}")
+    run_speed_layer(spark, settings, pipeline, redis_url=redis_url)
+    console.print("speed layer stopped")
     return EXIT_OK
 
 

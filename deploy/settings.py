@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")
     redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per pipelined Redis write when publishing.")
+    speed_trigger_seconds: float = Field(1.0, ge=0, le=3600, description="Speed layer trigger interval.")
+    speed_max_versions_per_trigger: int = Field(1_000, ge=1, description="Most master versions one micro-batch reads.")
+    speed_max_rows_per_trigger: int | None = Field(
+        1_000_000, ge=1, description="Most rows one micro-batch reads (backpressure); unset: no row cap."
+    )
+    speed_write_partitions: int = Field(2, ge=1, le=1024, description="Partitions writing increments to Redis.")
+    speed_chunk_rows: int = Field(2_000, ge=1, le=100_000, description="View rows per guarded Redis call.")
 
     @field_validator("redis_url")
     @classmethod
@@ -69,6 +76,11 @@ class Settings(BaseSettings):
     def gold_path(self) -> Path:
         """Folder of the pipeline's gold tables, one Delta table per view."""
         return self.data_dir.resolve() / "gold" / self.pipeline_slug
+
+    @property
+    def speed_checkpoint_path(self) -> Path:
+        """The speed layer's streaming checkpoint (offsets = master versions)."""
+        return self.data_dir.resolve() / "checkpoints" / self.pipeline_slug / "speed"
 
     @property
     def redis_dir(self) -> Path:

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from serving.errors import ServingError
+from serving.freshness import MasterClock
 from serving.routes import health, views
 from serving.store import ServingStore
 from shared_logic.errors import SharedLogicError, UnknownNameError
@@ -73,6 +74,7 @@ def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
     )
     app.state.pipeline = pipeline
     app.state.settings = settings
+    app.state.master_clock = MasterClock(settings.master_path)
     install_error_handlers(app)
     app.include_router(views.router)
     app.include_router(health.router)

@@ -1,16 +1,24 @@
 """The Redis key layout of the serving store, shared by the layers that write it and the API that reads it.
 
-For pipeline ``p`` (prefix ``lp:p``)::
+For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segment based at ``B``::
 
-    lp:p:current                       generation pointer: the master version V of the served batch views
-    lp:p:generations                   set of generations that have keys in Redis (loaded or loading)
-    lp:p:g:{V}:meta                    hash: version, computed_at, rows per view
-    lp:p:g:{V}:{view}:v                hash: field -> JSON object of the scalar measure parts
-    lp:p:g:{V}:{view}:d:{measure}:{field}   HyperLogLog of a Distinct measure
+    lp:p:current                              generation pointer: the master version G served
+    lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
+    lp:p:g:{G}:meta                           hash: computed_at, run_id, events, rows per view
+    lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set: member = key, score = the measure's batch part
+    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a Distinct measure (batch part)
+    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      the same for the realtime segment based at B
+    lp:p:s:{B}:{view}:d:{measure}:{field}
+    lp:p:s:{B}:meta                           hash: processed (last master version fully applied)
+    lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
+    lp:p:speed                                hash: the speed layer's heartbeat and processed version
+    lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
 
-A *field* names one row of a view: its key values joined by ``|``, then ``@`` and the window start
-in epoch seconds for windowed views (``alice``, ``alice@1767225600``). Everything of generation V
-lives under ``lp:p:g:{V}:``, so a generation is loaded beside the served one and dropped whole.
+A *key* is the view's key values joined by ``|``. Windowed views keep one sorted set per window
+(``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one row of a
+view. Sorted sets hold every scalar part (count, sum, min, max) and give exact top-N directly.
+Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
+each is loaded beside what is served and dropped whole.
 """
 
 from __future__ import annotations
@@ -25,18 +33,30 @@ KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
 
 
+def encode_key(key: Sequence[str] | str) -> str:
+    return key if isinstance(key, str) else KEY_SEPARATOR.join(key)
+
+
+def suffix(window_start: int | None) -> str:
+    """The per-window suffix of sorted-set names and fields ('' for all-time views)."""
+    return "" if window_start is None else f"{WINDOW_SEPARATOR}{window_start}"
+
+
 def encode_field(key: Sequence[str] | str, window_start: int | None = None) -> str:
-    """The hash field of a view row (must agree with ``field_column``)."""
-    text = key if isinstance(key, str) else KEY_SEPARATOR.join(key)
-    return text if window_start is None else f"{text}{WINDOW_SEPARATOR}{window_start}"
+    """The name of one view row: the key, then the window start for windowed views."""
+    return encode_key(key) + suffix(window_start)
 
 
-def field_column(keys: Sequence[str], window_start: str | None) -> Column:
-    """The same encoding as a Spark column, so executors write fields the API can address."""
-    text = F.concat_ws(KEY_SEPARATOR, *(F.col(k).cast("string") for k in keys))
+def key_column(keys: Sequence[str]) -> Column:
+    """The key encoding as a Spark column (must agree with ``encode_key``)."""
+    return F.concat_ws(KEY_SEPARATOR, *(F.col(k).cast("string") for k in keys))
+
+
+def window_column(window_start: str | None) -> Column:
+    """Window start in epoch seconds as a string ('' for all-time views), as Lua scripts take it."""
     if window_start is None:
-        return text
-    return F.concat(text, F.lit(WINDOW_SEPARATOR), F.unix_seconds(F.col(window_start)).cast("string"))
+        return F.lit("")
+    return F.unix_seconds(F.col(window_start)).cast("string")
 
 
 @dataclass(frozen=True)
@@ -58,14 +78,36 @@ class Keys:
     def generations(self) -> str:
         return f"{self.prefix}:generations"
 
+    @property
+    def segments(self) -> str:
+        return f"{self.prefix}:segments"
+
+    @property
+    def epoch(self) -> str:
+        """Marker set once per Redis dataset: if it changes, Redis lost its data."""
+        return f"{self.prefix}:epoch"
+
+    @property
+    def speed(self) -> str:
+        return f"{self.prefix}:speed"
+
+    def guard(self, query: str) -> str:
+        return f"{self.prefix}:guard:{query}"
+
     def generation_prefix(self, generation: int) -> str:
         return f"{self.prefix}:g:{generation}"
+
+    def segment_prefix(self, base: int) -> str:
+        return f"{self.prefix}:s:{base}"
 
     def meta(self, generation: int) -> str:
         return f"{self.generation_prefix(generation)}:meta"
 
-    def values(self, generation: int, view: str) -> str:
-        return f"{self.generation_prefix(generation)}:{view}:v"
+    def segment_meta(self, base: int) -> str:
+        return f"{self.segment_prefix(base)}:meta"
+
+    def scores(self, generation: int, view: str, measure: str, window_start: int | None = None) -> str:
+        return f"{self.generation_prefix(generation)}:{view}:z:{measure}{suffix(window_start)}"
 
     def sketch(self, generation: int, view: str, measure: str, field: str) -> str:
         return f"{self.generation_prefix(generation)}:{view}:d:{measure}:{field}"

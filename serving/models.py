@@ -17,6 +17,19 @@ class WindowValue(WindowSpan):
     value: dict[str, Any] = Field(description="Measures of the key in this window.")
 
 
+class Explanation(BaseModel):
+    """How an answer was put together."""
+
+    batch: dict[str, Any] = Field(description="The batch generation's part (monoid measures).")
+    realtime: dict[str, Any] = Field(description="The realtime segment's part (versions after the generation).")
+    generation: int
+    generation_version: int = Field(description="Master version the batch part covers (through it).")
+    speed_processed_version: int | None = Field(
+        None, description="Last master version the speed layer applied to this generation's segment."
+    )
+    computed_at: datetime | None = None
+
+
 class KeyAnswer(BaseModel):
     """The measures of one key of a view, exact as of ``version``."""
 
@@ -31,6 +44,24 @@ class KeyAnswer(BaseModel):
     generation: int = Field(description="The batch generation answered from (its master version).")
     version: int = Field(description="Master dataset version the answer is exact for.")
     computed_at: datetime | None = Field(None, description="When the batch generation was computed.")
+    explain: Explanation | None = Field(None, description="With ?explain=true: the parts the answer combines.")
+
+
+class TopEntry(BaseModel):
+    key: str
+    value: float | int
+
+
+class TopAnswer(BaseModel):
+    """The top keys of a view by one measure of the merged (batch + realtime) values, exact."""
+
+    view: str
+    measure: str
+    n: int
+    window: WindowSpan | None = None
+    top: list[TopEntry] = Field(description="Highest first; ties broken by key.")
+    generation: int
+    version: int = Field(description="Master dataset version the ranking is exact for.")
 
 
 class MeasureInfo(BaseModel):
@@ -47,7 +78,7 @@ class ViewInfo(BaseModel):
     derived: list[str]
     window_seconds: int | None = Field(None, description="Tumbling window size; null for all-time views.")
     generation: int | None = Field(None, description="Served batch generation; null when none is published.")
-    version: int | None = None
+    version: int | None = Field(None, description="Master version answers are exact for (batch + speed).")
     computed_at: datetime | None = None
     rows: int | None = Field(None, description="Rows (keys x windows) in the served generation.")
 
@@ -55,6 +86,10 @@ class ViewInfo(BaseModel):
 class ViewList(BaseModel):
     pipeline: str
     views: list[ViewInfo]
+    latest_version: int | None = Field(None, description="Newest version of the master dataset.")
+    processed_version: int | None = Field(None, description="Last master version the speed layer applied.")
+    lag_versions: int | None = Field(None, description="Versions committed but not yet in any answer.")
+    lag_seconds: float | None = Field(None, description="Age of the oldest commit not yet in any answer.")
 
 
 class Health(BaseModel):

@@ -1,19 +1,20 @@
-"""From an HTTP question to an exact answer: which fields to read, and how parts combine.
+"""From an HTTP question to an exact answer: which parts to read, and how they combine.
 
-Values are combined only with each measure's monoid (``Measure.combine``); derived values
-(averages) are computed from the combined parts, never stored or averaged again.
+Batch and realtime parts, and the parts of several windows, are combined only with each
+measure's monoid (``Measure.combine``); derived values (averages) are computed from the combined
+parts, never stored or averaged again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from serving.errors import BadQueryError, NotFoundError
-from serving.keys import encode_field
-from serving.models import KeyAnswer, WindowSpan, WindowValue
+from serving.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
 from serving.store import Generation, KeyRead, ServingStore
+from shared_logic.measures import Count, Measure
 from shared_logic.views import View
 
 #: Most windows one range query may span (bounds the work of one atomic read).
@@ -22,6 +23,10 @@ MAX_WINDOWS = 2_000
 
 def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def _at(epoch: float | None) -> datetime | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
 
 
 def window_starts(view: View, window_start: datetime | None, start: datetime | None, end: datetime | None) -> list[int]:
@@ -43,31 +48,35 @@ def window_starts(view: View, window_start: datetime | None, start: datetime | N
     first, stop = view.window.start_of(_utc(start).timestamp()), _utc(end).timestamp()
     if stop <= first:
         raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()})")
-    starts = list(range(first, int(stop) if stop == int(stop) else int(stop) + 1, size))
-    starts = [s for s in starts if s < stop]
-    if len(starts) > MAX_WINDOWS:
-        raise BadQueryError(f"the range spans {len(starts)} windows; at most {MAX_WINDOWS} per query")
-    return starts
+    count = int(-(-(stop - first) // size))
+    if count > MAX_WINDOWS:
+        raise BadQueryError(f"the range spans {count} windows; at most {MAX_WINDOWS} per query")
+    return [first + i * size for i in range(count)]
 
 
-def combine(view: View, parts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
-    """Combine the scalar parts of several rows (windows, or batch and realtime) with each monoid."""
-    merged: dict[str, Any] = {}
-    for measure in view.scalar_measures:
-        value = None
-        for part in parts:
-            if part is not None:
-                value = measure.combine(value, part.get(measure.name))
-        merged[measure.name] = value
-    return merged
+def _typed(measure: Measure, value: float | None) -> Any:
+    return int(value) if isinstance(measure, Count) and value is not None else value
+
+
+def combine(view: View, parts: Iterable[dict[str, float | None]]) -> dict[str, Any]:
+    """Combine scalar parts (windows; batch and realtime) with each measure's monoid."""
+    merged: dict[str, Any] = {m.name: None for m in view.scalar_measures}
+    for part in parts:
+        for measure in view.scalar_measures:
+            merged[measure.name] = measure.combine(merged[measure.name], part.get(measure.name))
+    return {m.name: _typed(m, merged[m.name]) for m in view.scalar_measures}
 
 
 def _finish(view: View, scalars: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
-    value = {**scalars, **distinct}
-    value = {m.name: value.get(m.name) for m in view.measures}
+    parts = {**scalars, **distinct}
+    value = {m.name: parts.get(m.name) for m in view.measures}
     for derived in view.derived:
         value[derived.name] = derived.compute(value)
     return value
+
+
+def _present(part: dict[str, float | None]) -> bool:
+    return any(v is not None for v in part.values())
 
 
 def _span(start: int, seconds: int) -> dict[str, datetime]:
@@ -83,41 +92,75 @@ async def key_answer(
     window_start: datetime | None = None,
     start: datetime | None = None,
     end: datetime | None = None,
+    explain: bool = False,
 ) -> KeyAnswer:
     """The exact measures of ``key`` in ``view`` (one window, a range of windows, or all time)."""
     starts = window_starts(view, window_start, start, end)
-    fields = [encode_field(key, s) for s in starts] if starts else [encode_field(key)]
-    read = await store.read(view.name, fields, [m.name for m in view.distinct_measures])
-    if all(v is None for v in read.values):
+    items = [(key, s) for s in starts] if starts else [(key, None)]
+    read = await store.read(
+        view.name, items, [m.name for m in view.scalar_measures], [m.name for m in view.distinct_measures]
+    )
+    present = [_present(b) or _present(r) for b, r in zip(read.batch, read.realtime)]
+    if not any(present):
         where = f" in the {len(starts)} window(s) asked for" if starts else ""
-        raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (generation {read.generation.generation})")
-    value = _finish(view, combine(view, read.values), read.distinct_union)
-    answer = _answer_base(view, key, read.generation, value)
+        raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")
+    value = _finish(view, combine(view, [*read.batch, *read.realtime]), read.distinct_total)
+    answer = _answer(view, key, read.generation, value)
     if view.window and window_start is not None:
         answer.window = WindowSpan(**_span(starts[0], view.window.seconds))
     elif view.window:
         answer.range = WindowSpan(start=_utc(start), end=_utc(end))  # type: ignore[arg-type]
-        answer.windows = _per_window(view, starts, read)
+        answer.windows = [
+            WindowValue(**_span(s, view.window.seconds),
+                        value=_finish(view, combine(view, [read.batch[i], read.realtime[i]]), read.distinct_merged[i]))
+            for i, s in enumerate(starts) if present[i]
+        ]
+    if explain:
+        answer.explain = _explain(view, read)
     return answer
 
 
-def _per_window(view: View, starts: list[int], read: KeyRead) -> list[WindowValue]:
-    windows = []
-    for i, (s, part) in enumerate(zip(starts, read.values)):
-        if part is None:
-            continue
-        distinct = {m: (counts[i] if counts else read.distinct_union[m]) for m, counts in read.distinct_each.items()}
-        windows.append(WindowValue(**_span(s, view.window.seconds), value=_finish(view, combine(view, [part]), distinct)))
-    return windows
+def _explain(view: View, read: KeyRead) -> Explanation:
+    def side(scalars: list[dict[str, float | None]], distinct: list[dict[str, int]]) -> dict[str, Any]:
+        merged = combine(view, scalars)
+        if len(distinct) == 1:
+            merged.update(distinct[0])
+        return merged
+
+    served = read.generation
+    return Explanation(
+        batch=side(read.batch, read.distinct_batch),
+        realtime=side(read.realtime, read.distinct_realtime),
+        generation=served.generation,
+        generation_version=served.generation,
+        speed_processed_version=served.processed,
+        computed_at=_at(served.computed_at),
+    )
 
 
-def _answer_base(view: View, key: str, generation: Generation, value: dict[str, Any]) -> KeyAnswer:
-    computed = generation.computed_at
+def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> KeyAnswer:
     return KeyAnswer(
-        view=view.name,
-        key=key,
-        value=value,
-        generation=generation.generation,
-        version=generation.generation,
-        computed_at=datetime.fromtimestamp(computed, tz=timezone.utc) if computed else None,
+        view=view.name, key=key, value=value, generation=served.generation, version=served.version,
+        computed_at=_at(served.computed_at),
+    )
+
+
+async def top_answer(
+    store: ServingStore, view: View, measure_name: str | None, n: int, window_start: datetime | None
+) -> TopAnswer:
+    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order)."""
+    measure = view.measure(measure_name) if measure_name else view.scalar_measures[0]
+    if measure not in view.scalar_measures:
+        raise BadQueryError(f"top-N ranks by a scalar measure; {measure.name!r} is a distinct count. "
+                            f"Use one of {[m.name for m in view.scalar_measures]}")
+    starts = window_starts(view, window_start, None, None) if view.window else []
+    read = await store.top(view.name, measure.name, starts[0] if starts else None, n)
+    merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
+              for key in read.batch.keys() | read.realtime.keys()}
+    ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return TopAnswer(
+        view=view.name, measure=measure.name, n=n,
+        window=WindowSpan(**_span(starts[0], view.window.seconds)) if starts and view.window else None,
+        top=[TopEntry(key=k, value=_typed(measure, v)) for k, v in ranked],
+        generation=read.generation.generation, version=read.generation.version,
     )

@@ -1,15 +1,14 @@
 """Reads from the serving store (Redis), each one atomic.
 
-A read takes the generation pointer, the batch values and the HyperLogLog counts in one Lua
-call, so it can never mix two generations even while a batch run flips the pointer.
+A read takes the generation pointer, the batch parts, the realtime segment's parts and the
+HyperLogLog counts in one Lua call, so it never mixes two generations, or a generation with
+another generation's segment, even while a batch run flips the pointer.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -19,67 +18,128 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from serving.errors import UnavailableError
-from serving.keys import Keys
+from serving.keys import Keys, suffix
 
-# KEYS[1] current pointer. ARGV: generation-prefix base, view, n fields, fields..., n distinct, measures...
-_READ = """
+_HEADER = """
 local generation = redis.call('GET', KEYS[1])
 if not generation then return false end
-local base = ARGV[1] .. generation .. ':' .. ARGV[2]
-local n = tonumber(ARGV[3])
-local fields = {}
-for i = 1, n do fields[i] = ARGV[3 + i] end
-local values = redis.call('HMGET', base .. ':v', unpack(fields))
-local nd = tonumber(ARGV[4 + n])
-local union, each = {}, {}
-for j = 1, nd do
-  local prefix = base .. ':d:' .. ARGV[4 + n + j] .. ':'
-  local sketches, counts = {}, {}
-  for i = 1, n do
-    sketches[i] = prefix .. fields[i]
-    if n > 1 then counts[i] = redis.call('PFCOUNT', sketches[i]) end
+local p, view = ARGV[1], ARGV[2]
+local bp = p .. ':g:' .. generation .. ':' .. view
+local sp = p .. ':s:' .. generation .. ':' .. view
+local processed = redis.call('HGET', p .. ':s:' .. generation .. ':meta', 'processed') or ''
+local meta = redis.call('HMGET', p .. ':g:' .. generation .. ':meta', 'computed_at', 'run_id', 'events')
+"""
+
+# ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
+_READ = _HEADER + """
+local i = 3
+local nm = tonumber(ARGV[i]); local measures = {}
+for j = 1, nm do measures[j] = ARGV[i + j] end
+i = i + nm + 1
+local nd = tonumber(ARGV[i]); local distinct = {}
+for j = 1, nd do distinct[j] = ARGV[i + j] end
+i = i + nd + 1
+local ni = tonumber(ARGV[i])
+local batch, realtime, dbatch, drealtime, dmerged, union = {}, {}, {}, {}, {}, {}
+for j = 1, nd do union[j] = {} end
+for k = 1, ni do
+  local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
+  local b, r, db, dr, dm = {}, {}, {}, {}, {}
+  for j = 1, nm do
+    b[j] = redis.call('ZSCORE', bp .. ':z:' .. measures[j] .. sfx, key) or ''
+    r[j] = redis.call('ZSCORE', sp .. ':z:' .. measures[j] .. sfx, key) or ''
   end
-  union[j] = redis.call('PFCOUNT', unpack(sketches))
-  each[j] = counts
+  for j = 1, nd do
+    local bk = bp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
+    local rk = sp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
+    db[j] = redis.call('PFCOUNT', bk)
+    dr[j] = redis.call('PFCOUNT', rk)
+    dm[j] = redis.call('PFCOUNT', bk, rk)
+    table.insert(union[j], bk)
+    table.insert(union[j], rk)
+  end
+  batch[k], realtime[k], dbatch[k], drealtime[k], dmerged[k] = b, r, db, dr, dm
 end
-local meta = redis.call('HMGET', ARGV[1] .. generation .. ':meta', 'computed_at', 'run_id', 'events')
-return {generation, values, union, each, meta}
+local total = {}
+for j = 1, nd do
+  if ni == 1 then total[j] = dmerged[1][j] else total[j] = redis.call('PFCOUNT', unpack(union[j])) end
+end
+return {generation, processed, meta, batch, realtime, dbatch, drealtime, dmerged, total}
+"""
+
+# ARGV: prefix, view, measure, suffix, n. Candidates for an exact top n: every key of the
+# realtime segment (R of them) and the batch's top n + R (+ ties): only realtime keys can change.
+_TOP = _HEADER + """
+local measure, sfx, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local bz, rz = bp .. ':z:' .. measure .. sfx, sp .. ':z:' .. measure .. sfx
+local realtime = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
+local want = n + #realtime / 2
+local top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
+if #top / 2 == want and want > 0 then
+  local last = top[#top]
+  local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
+  for t = 1, #ties do top[#top + 1] = ties[t] end
+end
+local under = {}
+for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
+return {generation, processed, meta, top, realtime, under}
 """
 
 
 @dataclass(frozen=True)
 class Generation:
-    """The served batch generation: its master version and when it was computed."""
+    """The served batch generation (its master version) and what the speed layer added to it."""
 
     generation: int
     computed_at: float | None
     run_id: str | None
     events: int | None
-    rows: dict[str, int] | None = None
+    processed: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        """The master version answers are exact for: the generation, or what the speed layer applied after it."""
+        return max(self.generation, self.processed or -1)
 
 
 @dataclass(frozen=True)
 class KeyRead:
-    """Raw parts of one read: per field the scalar parts (None: no row), and distinct counts."""
+    """Raw parts of one read, per item (key in a window): batch and realtime scalars and distinct counts."""
 
     generation: Generation
-    values: list[dict[str, Any] | None]
-    distinct_union: dict[str, int]
-    distinct_each: dict[str, list[int]]
+    batch: list[dict[str, float | None]]
+    realtime: list[dict[str, float | None]]
+    distinct_batch: list[dict[str, int]]
+    distinct_realtime: list[dict[str, int]]
+    distinct_merged: list[dict[str, int]]
+    distinct_total: dict[str, int]
 
 
-def _meta(generation: bytes, meta: Sequence[bytes | None]) -> Generation:
+@dataclass(frozen=True)
+class TopRead:
+    generation: Generation
+    batch: dict[str, float]
+    realtime: dict[str, float]
+
+
+def _num(value: bytes | str) -> float | None:
+    return float(value) if value not in (b"", "") else None
+
+
+def _generation(generation: bytes, processed: bytes, meta: Sequence[bytes | None]) -> Generation:
     computed_at, run_id, events = meta
     return Generation(
         int(generation),
         float(computed_at) if computed_at else None,
         run_id.decode() if run_id else None,
         int(events) if events else None,
+        int(processed) if processed else None,
     )
 
 
 class ServingStore:
-    """Async reads of one pipeline's views from Redis."""
+    """Async, atomic reads of one pipeline's views from Redis."""
 
     def __init__(self, url: str, pipeline: str) -> None:
         self.keys = Keys(pipeline)
@@ -93,6 +153,7 @@ class ServingStore:
             max_connections=64,
         )
         self._read = self._client.register_script(_READ)
+        self._top = self._client.register_script(_TOP)
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -101,6 +162,12 @@ class ServingStore:
         where = self._url.split("@")[-1]  # never echo a password
         return UnavailableError(f"Redis is unreachable at {where}: {e}")
 
+    def _nothing_published(self) -> UnavailableError:
+        return UnavailableError(
+            f"no batch generation of pipeline {self.keys.pipeline!r} is published in Redis "
+            "(no batch run yet, or Redis lost its data): run `lambda-platform batch run`"
+        )
+
     async def ping(self) -> None:
         try:
             await self._client.ping()
@@ -108,34 +175,64 @@ class ServingStore:
             raise self._unavailable(e) from e
 
     async def generation(self) -> Generation | None:
-        """The served generation, or None when nothing is published."""
+        """The served generation with its metadata, or None when nothing is published."""
         try:
             generation = await self._client.get(self.keys.current)
             if generation is None:
                 return None
-            meta = {k.decode(): v for k, v in (await self._client.hgetall(self.keys.meta(int(generation)))).items()}
+            meta = await self._client.hgetall(self.keys.meta(int(generation)))
+            processed = await self._client.hget(self.keys.segment_meta(int(generation)), "processed")
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
-        served = _meta(generation, [meta.get("computed_at"), meta.get("run_id"), meta.get("events")])
+        meta = {k.decode(): v for k, v in meta.items()}
+        served = _generation(generation, processed or b"", [meta.get("computed_at"), meta.get("run_id"), meta.get("events")])
         rows = {k.removeprefix("rows:"): int(v) for k, v in meta.items() if k.startswith("rows:")}
-        return Generation(served.generation, served.computed_at, served.run_id, served.events, rows)
+        return Generation(**{**served.__dict__, "rows": rows})
 
-    async def read(self, view: str, fields: Sequence[str], distinct: Sequence[str]) -> KeyRead:
-        """Atomically read ``fields`` of ``view`` from the served generation."""
-        args = [f"{self.keys.prefix}:g:", view, len(fields), *fields, len(distinct), *distinct]
+    async def speed_status(self) -> dict[str, str]:
+        """The speed layer's heartbeat hash (empty when it never ran)."""
         try:
-            reply = await self._read(keys=[self.keys.current], args=args)
+            status = await self._client.hgetall(self.keys.speed)
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+        return {k.decode(): v.decode() for k, v in status.items()}
+
+    async def _call(self, script, args: list) -> list:  # noqa: ANN001 - redis Script object
+        try:
+            reply = await script(keys=[self.keys.current], args=args)
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
         if reply is None:
-            raise UnavailableError(
-                f"no batch generation of pipeline {self.keys.pipeline!r} is published in Redis "
-                "(no batch run yet, or Redis lost its data): run `lambda-platform batch run`"
-            )
-        generation, values, union, each, meta = reply
+            raise self._nothing_published()
+        return reply
+
+    async def read(
+        self, view: str, items: Sequence[tuple[str, int | None]], measures: Sequence[str], distinct: Sequence[str]
+    ) -> KeyRead:
+        """Atomically read ``items`` (key, window start) of ``view``: batch part, realtime part, sketches."""
+        args: list = [self.keys.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
+        for key, window_start in items:
+            args += [key, suffix(window_start)]
+        generation, processed, meta, batch, realtime, dbatch, drealtime, dmerged, total = await self._call(self._read, args)
+
+        def scalars(rows: list) -> list[dict[str, float | None]]:
+            return [dict(zip(measures, (_num(v) for v in row))) for row in rows]
+
+        def counts(rows: list) -> list[dict[str, int]]:
+            return [dict(zip(distinct, (int(c) for c in row))) for row in rows]
+
         return KeyRead(
-            _meta(generation, meta),
-            [None if v is None else json.loads(v) for v in values],
-            dict(zip(distinct, (int(c) for c in union))),
-            {m: [int(c) for c in counts] for m, counts in zip(distinct, each)},
+            _generation(generation, processed, meta), scalars(batch), scalars(realtime),
+            counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
         )
+
+    async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
+        """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts."""
+        generation, processed, meta, top, realtime, under = await self._call(
+            self._top, [self.keys.prefix, view, measure, suffix(window_start), n]
+        )
+        batch = {top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)}
+        members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
+        batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
+        rt = {members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)}
+        return TopRead(_generation(generation, processed, meta), batch, rt)

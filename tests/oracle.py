@@ -39,7 +39,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 Event = dict[str, Any]
 #: One row of a view: (key, window start in epoch seconds, or None for an all-time view).
-RowKey = tuple[str, "int | None"]
+RowKey = tuple[str, int | None]
 Measures = dict[str, Any]
 ViewTable = dict[RowKey, Measures]
 
@@ -192,9 +192,9 @@ def views(pipeline: str, events: Iterable[Event]) -> dict[str, ViewTable]:
 
 def merchant_sets(events: Iterable[Event], size: int | None) -> dict[RowKey, frozenset[str]]:
     """The exact set of merchants per (user, window) row (all time when ``size`` is None)."""
-    spends = payments_groups(events)["spend_by_user" if size is None else "spend_by_user_hourly"]
     if size not in (None, 3600):
         raise ValueError("payments views are all time or hourly")
+    spends = payments_groups(events)["spend_by_user" if size is None else "spend_by_user_hourly"]
     return {row: frozenset(acc.merchants) for row, acc in spends.items()}
 
 
@@ -217,3 +217,101 @@ def combine_range(view_groups: Groups, key: str, starts: Sequence[int]) -> tuple
     for _, acc in present[1:]:
         total = total.merge(acc)
     return total.measures(), [(s, acc.measures()) for s, acc in present]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reproducible random events for the tests (plain data: JSON-ready dicts)
+# ---------------------------------------------------------------------------------------------
+
+#: Words with mixed case, punctuation and non-ASCII letters. U+00A0, U+2003 and U+001C are not
+#: ASCII whitespace, so the tokens holding them are one word each. No '/' (see the API tests).
+WORD_VOCABULARY: tuple[str, ...] = (
+    "the", "The", "THE", "fox", "Fox", "fox,", "fox.", "don't", "(lambda)", '"quoted"', "e-mail",
+    "a@b", "x|y", "50%", "#tag", "what?", "C++", "...", "--", "naïve", "Café", "café", "über",
+    "日本語", "a\u00a0b", "em\u2003space", "x\x1cy", "&amp;", "key=value", "semi;colon",
+)
+SEPARATORS: tuple[str, ...] = (" ", " ", " ", "  ", "\t", " \t ", "\n", "\r\n", "\x0b", "\f", "\r", "   \t\t")
+PAYMENT_USERS: tuple[str, ...] = (
+    "alice", "Alice", "bob", "carol smith", "dave@example.com", "émile", "user|7", "50%off", "q?x#y", "zed",
+)
+#: Relative weights of the users: some pay often, "zed" rarely.
+PAYMENT_USER_WEIGHTS: tuple[int, ...] = (30, 5, 20, 10, 10, 8, 6, 4, 4, 1)
+MERCHANTS: tuple[str, ...] = (
+    "acme", "Acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell", "café", "A&B",
+)
+
+
+def format_time(rng: Any, t: datetime) -> str:
+    """``t`` (UTC) as ISO 8601 in one of several equivalent spellings: Z, +00:00, an offset, naive UTC."""
+    style = rng.randrange(5)
+    if style == 0:
+        return t.isoformat().replace("+00:00", "Z")
+    if style == 1:
+        return t.isoformat()
+    if style == 2:
+        return t.astimezone(timezone(timedelta(hours=2))).isoformat()
+    if style == 3:
+        return t.astimezone(timezone(-timedelta(hours=5, minutes=30))).isoformat()
+    return t.replace(tzinfo=None).isoformat()
+
+
+def random_time(rng: Any, start: datetime, seconds: int) -> datetime:
+    """A time in ``[start, start + seconds)``; one in five sits on, or 1 µs before, a minute boundary."""
+    if rng.random() < 0.2:
+        boundary = start + timedelta(minutes=rng.randrange(seconds // 60))
+        return boundary - timedelta(microseconds=rng.choice((0, 1)))
+    return start + timedelta(microseconds=rng.randrange(seconds * 1_000_000))
+
+
+def wordcount_events(rng: Any, n: int, start: datetime, *, seconds: int = 5400) -> list[Event]:
+    """``n`` lines; ~1 in 5 has no event_time (omitted or null), some are blank or whitespace only."""
+    events: list[Event] = []
+    for _ in range(n):
+        roll = rng.random()
+        if roll < 0.03:
+            text = ""
+        elif roll < 0.06:
+            text = "".join(rng.choice(SEPARATORS) for _ in range(rng.randint(1, 4)))
+        else:
+            parts = [rng.choice(SEPARATORS) if rng.random() < 0.3 else ""]
+            for i in range(rng.randint(1, 10)):
+                if i:
+                    parts.append(rng.choice(SEPARATORS))
+                parts.append(rng.choice(WORD_VOCABULARY))
+            parts.append(rng.choice(SEPARATORS) if rng.random() < 0.3 else "")
+            text = "".join(parts)
+        event: Event = {"text": text}
+        timing = rng.random()
+        if timing < 0.15:
+            pass  # no event_time: the platform fills the ingest time
+        elif timing < 0.2:
+            event["event_time"] = None
+        else:
+            event["event_time"] = format_time(rng, random_time(rng, start, seconds))
+        events.append(event)
+    return events
+
+
+def payments_events(rng: Any, n: int, start: datetime, *, seconds: int = 8 * 3600,
+                    users: Sequence[str] = PAYMENT_USERS, weights: Sequence[int] = PAYMENT_USER_WEIGHTS) -> list[Event]:
+    """``n`` payments by weighted users at several merchants; amounts as floats, some as JSON ints."""
+    events: list[Event] = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.1:
+            amount: float | int = rng.randint(1, 300)
+        elif kind < 0.2:
+            amount = rng.choice((0.1, 0.2, 0.3, 0.01, 12345.67, 99999.99))
+        else:
+            amount = round(rng.uniform(0.01, 500), 2)
+        event: Event = {
+            "user_id": rng.choices(list(users), weights=list(weights))[0],
+            "merchant": rng.choice(MERCHANTS),
+            "amount": amount,
+        }
+        if rng.random() < 0.05:
+            pass  # no event_time: the platform fills the ingest time
+        else:
+            event["event_time"] = format_time(rng, random_time(rng, start, seconds))
+        events.append(event)
+    return events

@@ -1,21 +1,26 @@
-"""Views: what is served, and the measures of a key."""
+"""Views: what is served and how fresh, the measures of a key, the top keys."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from serving import queries
 from serving.deps import PipelineDep, StoreDep
 from serving.errors import NotFoundError
-from serving.models import ERROR_RESPONSES, KeyAnswer, MeasureInfo, ViewInfo, ViewList
+from serving.models import ERROR_RESPONSES, KeyAnswer, MeasureInfo, TopAnswer, ViewInfo, ViewList
 from shared_logic.errors import UnknownNameError
 from shared_logic.pipeline import Pipeline
 from shared_logic.views import View
 
 router = APIRouter(prefix="/v1/views", tags=["views"])
+
+ViewName = Annotated[str, Path(description="View name, as listed by GET /v1/views.")]
+WindowStart = Annotated[
+    datetime | None, Query(description="Windowed views: a time inside the window wanted (ISO 8601 or epoch s).")
+]
 
 
 def _view(pipeline: Pipeline, name: str) -> View:
@@ -26,51 +31,66 @@ def _view(pipeline: Pipeline, name: str) -> View:
 
 
 @router.get("", response_model=ViewList, summary="List views and their freshness")
-async def list_views(pipeline: PipelineDep, store: StoreDep) -> ViewList:
-    """Every view of the pipeline: keys, measures, window, and the served batch generation."""
+async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -> ViewList:
+    """Every view: keys, measures, window; the served generation; how far behind the master dataset it is."""
     served = await store.generation()
-    views = []
-    for view in pipeline.views:
-        views.append(
-            ViewInfo(
-                name=view.name,
-                description=view.description,
-                keys=list(view.keys),
-                measures=[MeasureInfo(name=m.name, kind=m.kind, column=m.column) for m in view.measures],
-                derived=[d.name for d in view.derived],
-                window_seconds=view.window.seconds if view.window else None,
-                generation=served.generation if served else None,
-                version=served.generation if served else None,
-                computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)
-                if served and served.computed_at
-                else None,
-                rows=(served.rows or {}).get(view.name) if served else None,
-            )
+    speed = await store.speed_status()
+    processed = int(speed["processed"]) if speed.get("processed") else None
+    fresh = await request.app.state.master_clock.freshness(processed, served.generation if served else None)
+    views = [
+        ViewInfo(
+            name=view.name,
+            description=view.description,
+            keys=list(view.keys),
+            measures=[MeasureInfo(name=m.name, kind=m.kind, column=m.column) for m in view.measures],
+            derived=[d.name for d in view.derived],
+            window_seconds=view.window.seconds if view.window else None,
+            generation=served.generation if served else None,
+            version=served.version if served else None,
+            computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)
+            if served and served.computed_at else None,
+            rows=served.rows.get(view.name) if served else None,
         )
-    return ViewList(pipeline=pipeline.name, views=views)
+        for view in pipeline.views
+    ]
+    return ViewList(
+        pipeline=pipeline.name, views=views, latest_version=fresh.latest_version,
+        processed_version=fresh.processed_version, lag_versions=fresh.lag_versions, lag_seconds=fresh.lag_seconds,
+    )
 
 
 @router.get(
-    "/{view}/keys/{key}",
-    response_model=KeyAnswer,
-    response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
-    summary="Measures of one key",
+    "/{view}/keys/{key}", response_model=KeyAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+    summary="Measures of one key (batch + realtime, exact)",
 )
 async def get_key(
     pipeline: PipelineDep,
     store: StoreDep,
-    view: Annotated[str, Path(description="View name, as listed by GET /v1/views.")],
+    view: ViewName,
     key: Annotated[str, Path(description="Key value; several key columns are joined with '|'.")],
-    window_start: Annotated[
-        datetime | None, Query(description="Windowed views: a time inside the window wanted (ISO 8601 or epoch s).")
-    ] = None,
+    window_start: WindowStart = None,
     start: Annotated[datetime | None, Query(alias="from", description="Windowed views: range start (inclusive).")] = None,
     end: Annotated[datetime | None, Query(alias="to", description="Windowed views: range end (exclusive).")] = None,
+    explain: Annotated[bool, Query(description="Add the batch part, the realtime part and their versions.")] = False,
 ) -> KeyAnswer:
-    """The measures of ``key``, exact as of the version in the answer.
-
-    All-time views need no parameters. Windowed views take ``window_start`` (one window) or
-    ``from``/``to`` (the windows in the range, combined, plus each window's own values).
+    """The measures of ``key``: the served batch generation combined with its realtime segment, exact
+    as of ``version``. All-time views need no parameters; windowed views take ``window_start`` (one
+    window) or ``from``/``to`` (the windows in the range, combined, plus each window's own values).
     """
-    return await queries.key_answer(store, _view(pipeline, view), key, window_start=window_start, start=start, end=end)
+    return await queries.key_answer(
+        store, _view(pipeline, view), key, window_start=window_start, start=start, end=end, explain=explain
+    )
+
+
+@router.get("/{view}/top", response_model=TopAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+            summary="Top keys by a measure (exact)")
+async def get_top(
+    pipeline: PipelineDep,
+    store: StoreDep,
+    view: ViewName,
+    n: Annotated[int, Query(ge=1, le=1000, description="How many keys.")] = 10,
+    measure: Annotated[str | None, Query(description="Measure to rank by (default: the view's first).")] = None,
+    window_start: WindowStart = None,
+) -> TopAnswer:
+    """The ``n`` keys with the highest merged value of ``measure`` (windowed views: in one window)."""
+    return await queries.top_answer(store, _view(pipeline, view), measure, n, window_start)

@@ -26,11 +26,16 @@ pytestmark = pytest.mark.slow
 
 
 def _dump(client: redis.Redis, generation: int) -> dict[bytes, object]:
-    """Every key of a generation with its content (hashes as dicts, sketches as counts)."""
+    """Every key of a generation with its content (sorted sets with scores, hashes, sketch counts)."""
     state: dict[bytes, object] = {}
     for key in client.scan_iter(match=f"lp:payments:g:{generation}:*"):
         kind = client.type(key)
-        state[key] = client.hgetall(key) if kind == b"hash" else client.pfcount(key)
+        if kind == b"zset":
+            state[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"hash":
+            state[key] = client.hgetall(key)
+        else:
+            state[key] = client.pfcount(key)
     return state
 
 
@@ -71,5 +76,5 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
         f"lp:payments:g:{result.generation}:".encode())}
     assert leftovers == set()
     counts = Counter(str(e["user_id"]) for e in first + second)
-    stored = client.hgetall(keys.values(result.generation, "spend_by_user"))
-    assert {k.decode(): json.loads(v)["count"] for k, v in stored.items()} == dict(counts)
+    stored = client.zrange(keys.scores(result.generation, "spend_by_user", "count"), 0, -1, withscores=True)
+    assert {k.decode(): int(v) for k, v in stored} == dict(counts)

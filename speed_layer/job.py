@@ -1,0 +1,169 @@
+"""The speed layer: a Structured Streaming query applying the shared views to each micro-batch.
+
+For every micro-batch (a run of master versions, in log order) it:
+
+1. finds the barriers in it and its highest version;
+2. takes the live segment bases: the served generation, and every barrier at or above it
+   (barriers seen now are registered first);
+3. cuts the micro-batch's events into version intervals between consecutive bases. A row at
+   version v belongs to *every* live segment based below v, so the interval above the k-th
+   base goes to the lowest k segments: the segment of the generation served now keeps
+   growing until the next generation replaces it, and the next one starts at its barrier;
+4. runs the shared ``transform`` and each ``View.aggregate`` on each interval, and writes the
+   increments with ``segments.write_increments`` (atomic, guarded, exactly once);
+5. records the version processed in each live segment and in the heartbeat.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from batch_layer.master import MasterDataset
+from batch_layer.publish import delete_prefix, ensure_epoch, redis_client, served_generation
+from batch_layer.storage import get_engine
+from serving.keys import Keys
+from shared_logic.events import KIND_COLUMN
+from shared_logic.pipeline import Pipeline
+from speed_layer.segments import DEPTH, WriteSpec, measure_spec, write_increments
+from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from deploy.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_IDENTITY = "lambda_query.json"
+
+
+class SpeedLayer:
+    """The continuous speed-layer query of one pipeline."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str) -> None:
+        self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
+        self.keys = Keys(pipeline.name)
+        self.master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+        self.checkpoint = settings.speed_checkpoint_path
+        self.client = redis_client(redis_url)
+        self.query_id = ""
+        self.epoch = ""
+
+    def start(self) -> StreamingQuery:
+        """Start (or resume from the checkpoint) the streaming query."""
+        starting = self._identity()
+        self.master.ensure()
+        self.spark.dataSource.register(MasterChangesSource)
+        stream = (
+            self.spark.readStream.format(SOURCE_NAME)
+            .option("path", str(self.master.path))
+            .option("schema_json", master_schema_option(self.master.schema))
+            .option("starting_version", str(starting))
+            .option("max_versions_per_trigger", str(self.settings.speed_max_versions_per_trigger))
+            .option("max_rows_per_trigger", str(self.settings.speed_max_rows_per_trigger or ""))
+            .load()
+        )
+        query = (
+            stream.writeStream.foreachBatch(self._process)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{self.settings.speed_trigger_seconds} seconds")
+            .queryName(f"speed_{self.pipeline.name}")
+            .start()
+        )
+        log.info("speed layer for %s running (query %s, checkpoint %s)", self.pipeline.name, self.query_id, self.checkpoint)
+        return query
+
+    def _identity(self) -> int:
+        """Resume the query's identity from its checkpoint, or start fresh; returns the starting version.
+
+        A fresh start (no checkpoint, or Redis lost its data since the checkpoint was made) drops
+        every realtime segment and starts after the served generation, rebuilding segments from it.
+        """
+        identity = self.checkpoint / _IDENTITY
+        epoch = ensure_epoch(self.client, self.keys)
+        if identity.exists():
+            saved = json.loads(identity.read_text())
+            if saved["epoch"] == epoch:
+                self.query_id, self.epoch = saved["query"], epoch
+                return -1  # ignored: Spark resumes from the checkpointed offsets
+            log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
+            shutil.rmtree(self.checkpoint)
+        served = served_generation(self.client, self.keys)
+        delete_prefix(self.client, f"{self.keys.prefix}:s")
+        delete_prefix(self.client, f"{self.keys.prefix}:guard")
+        self.client.delete(self.keys.segments)
+        if served is not None:
+            self.client.sadd(self.keys.segments, served)
+        self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch}))
+        return served if served is not None else 0
+
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        batch = batch.persist()
+        try:
+            summary = batch.agg(
+                F.max(VERSION_COLUMN),
+                F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
+            ).first()
+            last, barriers = summary[0], sorted(summary[1])
+            if last is None:
+                return
+            if barriers:
+                self.client.sadd(self.keys.segments, *barriers)
+            bases = self._live_bases(barriers)
+            rows = 0
+            if bases:
+                events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
+                for view in self.pipeline.views:
+                    rows += self._apply_view(view, events, bases, batch_id)
+            self._mark_processed(bases, last, batch_id)
+            log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
+                     batch_id, last, rows, bases, time.monotonic() - started)
+        finally:
+            batch.unpersist()
+
+    def _live_bases(self, barriers: list[int]) -> list[int]:
+        served = served_generation(self.client, self.keys)
+        known = {int(b) for b in self.client.smembers(self.keys.segments)} | set(barriers)
+        if served is not None:
+            known.add(served)
+        return sorted(b for b in known if served is None or b >= served)
+
+    def _apply_view(self, view, events: DataFrame, bases: list[int], batch_id: int) -> int:  # noqa: ANN001
+        parts = []
+        for depth, low in enumerate(bases, start=1):
+            high = bases[depth] if depth < len(bases) else None
+            interval = F.col(VERSION_COLUMN) > low
+            if high is not None:
+                interval = interval & (F.col(VERSION_COLUMN) <= high)
+            rows = self.pipeline.transform(events.where(interval).drop(VERSION_COLUMN))
+            parts.append(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)))
+        increments = functools.reduce(DataFrame.unionByName, parts)
+        scalars, distinct = measure_spec(view)
+        spec = WriteSpec(
+            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, view.name, tuple(bases),
+            scalars, distinct, self.settings.speed_chunk_rows,
+        )
+        return write_increments(increments, view, spec, self.settings.speed_write_partitions)
+
+    def _mark_processed(self, bases: list[int], last: int, batch_id: int) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        for base in bases:
+            pipe.hset(self.keys.segment_meta(base), mapping={"processed": last, "updated_at": time.time()})
+        pipe.hset(self.keys.speed, mapping={
+            "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
+        })
+        pipe.execute()

@@ -1,0 +1,58 @@
+"""Running the speed layer as a process: start, stop gracefully on SIGTERM/Ctrl-C, rebuild on data loss."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+from speed_layer.job import SpeedLayer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from deploy.settings import Settings
+    from shared_logic.pipeline import Pipeline
+
+log = logging.getLogger(__name__)
+
+
+def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
+    """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway)."""
+    waited = 0.0
+    while query.isActive and query.status.get("isTriggerActive") and waited < wait_seconds:
+        threading.Event().wait(0.1)
+        waited += 0.1
+    query.stop()
+
+
+def run_speed_layer(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run until ``stop`` is set (or SIGTERM/SIGINT when called from the main thread).
+
+    When Redis lost its data (epoch changed), the query is restarted from the served generation
+    with fresh segments. Any other failure of the query is raised.
+    """
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    while not stop.is_set():
+        query = SpeedLayer(spark, settings, pipeline, redis_url=redis_url).start()
+        while not stop.is_set() and query.isActive:
+            stop.wait(0.5)
+        if stop.is_set():
+            log.info("stopping the speed layer after the micro-batch in flight")
+            _stop_after_trigger(query)
+            return
+        error = query.exception()
+        if error is not None and "EpochChangedError" in str(error):
+            log.warning("Redis lost its data under the speed layer; rebuilding segments from the served generation")
+            continue
+        if error is not None:
+            raise RuntimeError(f"the speed layer's query failed: {error}") from None
+        return
