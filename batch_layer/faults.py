@@ -1,5 +1,9 @@
 """Injected faults for the kill tests: ``LAMBDA_FAULT_POINTS=after-gold,before-flip`` kills the
-process (SIGKILL, no cleanup) when it reaches a named point. Unset in production: a no-op."""
+process (SIGKILL, no cleanup) when it reaches a named point. Unset in production: a no-op.
+
+Points: ``after-gold`` and ``before-flip`` (batch run), ``speed-after-write`` (speed layer: a
+micro-batch's increments are in Redis but Spark has not committed its offsets).
+"""
 
 from __future__ import annotations
 

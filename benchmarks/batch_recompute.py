@@ -570,7 +570,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--spark-master", default=None, help="spark_master setting (default: Settings default)")
     parser.add_argument("--quiet-cores", type=float, default=0.25,
                         help="before each run, wait until other processes on the machine use fewer cores than this")
-    parser.add_argument("--quiet-timeout", type=float, default=60.0,
+    parser.add_argument("--quiet-timeout", type=float, default=120.0,
                         help="longest wait (s) for the machine to quiet down before a run; then run anyway")
     parser.add_argument("--no-verify", action="store_true", help="skip the untimed correctness check after warm-up")
     parser.add_argument("--verbose", action="store_true", help="log the platform's INFO messages")

@@ -46,7 +46,7 @@ def window_starts(view: View, window_start: datetime | None, start: datetime | N
             "or from=<time>&to=<time> (ISO 8601 or epoch seconds)"
         )
     first, stop = view.window.start_of(_utc(start).timestamp()), _utc(end).timestamp()
-    if stop <= first:
+    if stop <= _utc(start).timestamp():
         raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()})")
     count = int(-(-(stop - first) // size))
     if count > MAX_WINDOWS:

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from batch_layer.faults import fault_point
 from batch_layer.master import MasterDataset
 from batch_layer.publish import delete_prefix, ensure_epoch, redis_client, served_generation
 from batch_layer.storage import get_engine
 from serving.keys import Keys
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
-from speed_layer.segments import DEPTH, WriteSpec, measure_spec, write_increments
+from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
 
 if TYPE_CHECKING:
@@ -127,8 +128,8 @@ class SpeedLayer:
             rows = 0
             if bases:
                 events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-                for view in self.pipeline.views:
-                    rows += self._apply_view(view, events, bases, batch_id)
+                rows = self._apply(events, bases, batch_id)
+            fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
             self._mark_processed(bases, last, batch_id)
             log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
                      batch_id, last, rows, bases, time.monotonic() - started)
@@ -142,22 +143,22 @@ class SpeedLayer:
             known.add(served)
         return sorted(b for b in known if served is None or b >= served)
 
-    def _apply_view(self, view, events: DataFrame, bases: list[int], batch_id: int) -> int:  # noqa: ANN001
-        parts = []
+    def _apply(self, events: DataFrame, bases: list[int], batch_id: int) -> int:
+        """Every view's increments for every interval, written in one Spark job."""
+        encoded = []
         for depth, low in enumerate(bases, start=1):
             high = bases[depth] if depth < len(bases) else None
             interval = F.col(VERSION_COLUMN) > low
             if high is not None:
                 interval = interval & (F.col(VERSION_COLUMN) <= high)
             rows = self.pipeline.transform(events.where(interval).drop(VERSION_COLUMN))
-            parts.append(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)))
-        increments = functools.reduce(DataFrame.unionByName, parts)
-        scalars, distinct = measure_spec(view)
+            for view in self.pipeline.views:
+                encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view))
         spec = WriteSpec(
-            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, view.name, tuple(bases),
-            scalars, distinct, self.settings.speed_chunk_rows,
+            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, tuple(bases),
+            {view.name: measure_spec(view) for view in self.pipeline.views}, self.settings.speed_chunk_rows,
         )
-        return write_increments(increments, view, spec, self.settings.speed_write_partitions)
+        return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.settings.speed_write_partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int) -> None:
         pipe = self.client.pipeline(transaction=True)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KEY, WS, DEPTH = "_key", "_ws", "_depth"
+VIEW, KEY, WS, DEPTH, VALUES, MEMBERS = "_view", "_key", "_ws", "_depth", "_values", "_members"
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 # KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch,
@@ -101,17 +101,16 @@ class EpochChangedError(RuntimeError):
 
 @dataclass(frozen=True)
 class WriteSpec:
-    """What an executor needs to apply one view's increments (picklable)."""
+    """What an executor needs to apply one micro-batch's increments (picklable)."""
 
     redis_url: str
     pipeline: str
     query: str
     epoch: str
     batch_id: int
-    view: str
     bases: tuple[int, ...]
-    scalars: tuple[tuple[str, str], ...]
-    distinct: tuple[str, ...]
+    #: view name -> ((measure name, kind) of scalar measures, names of distinct measures)
+    views: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]
     chunk: int
 
 
@@ -120,22 +119,36 @@ def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ..
     return scalars, tuple(m.name for m in view.distinct_measures)
 
 
-def write_increments(increments: DataFrame, view: View, spec: WriteSpec, partitions: int) -> int:
-    """Apply ``increments`` (view rows with a ``_depth`` column) to the segments; returns rows applied."""
+def encode(increments: DataFrame, view: View) -> DataFrame:
+    """One view's increments (view rows with ``_depth``) in the shape every view shares for writing."""
     from pyspark.sql import functions as F
 
-    encoded = increments.select(
+    members = [F.col(m.name) for m in view.distinct_measures]
+    return increments.select(
+        F.lit(view.name).alias(VIEW),
         key_column(view.keys).alias(KEY),
         window_column(WINDOW_START if view.window else None).alias(WS),
         F.col(DEPTH),
-        *(F.col(name).cast("string") for name, _ in spec.scalars),
-        *(F.col(name) for name in spec.distinct),
+        F.array(*(F.col(m.name).cast("string") for m in view.scalar_measures)).alias(VALUES),
+        (F.array(*members) if members else F.array().cast("array<array<string>>")).alias(MEMBERS),
     )
+
+
+def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> int:
+    """Apply encoded increments of every view to the segments in one Spark job; returns rows applied."""
     # A fixed partition count and a total order inside each partition make a replayed
     # micro-batch produce the very same chunks, which is what the guard relies on.
-    stable = encoded.repartition(partitions, KEY, WS).sortWithinPartitions(KEY, WS, DEPTH)
+    stable = encoded.repartition(partitions, VIEW, KEY, WS).sortWithinPartitions(VIEW, KEY, WS, DEPTH)
     counts = stable.mapInArrow(functools.partial(_apply_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
+
+
+def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
+    scalars, distinct = spec.views[view]
+    head: list = [keys.prefix, view, "", spec.batch_id, spec.epoch, len(spec.bases), *spec.bases, len(scalars)]
+    for name, kind in scalars:
+        head += [name, kind]
+    return head + [len(distinct), *distinct]
 
 
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -145,28 +158,32 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     keys = Keys(spec.pipeline)
     client = redis_client(spec.redis_url)
     apply = client.register_script(_APPLY)
-    head = [keys.prefix, spec.view, "", spec.batch_id, spec.epoch, len(spec.bases), *spec.bases, len(spec.scalars)]
-    for name, kind in spec.scalars:
-        head += [name, kind]
-    head += [len(spec.distinct), *spec.distinct]
-    rows, chunk_index, pending = 0, 0, 0
-    args: list = []
+    rows, chunk_index, view, args = 0, 0, None, []
+
+    def flush() -> None:
+        nonlocal rows, chunk_index, args
+        if args:
+            _apply_chunk(apply, keys, spec, _header(keys, spec, view), f"{view}:{partition}:{chunk_index}", args)
+            chunk_index, args = chunk_index + 1, []
+
     try:
+        pending = 0
         for batch in batches:
             columns = batch.to_pydict()
             for i in range(batch.num_rows):
-                args += [columns[KEY][i], columns[WS][i] and f"@{columns[WS][i]}", columns[DEPTH][i]]
-                args += [("" if columns[name][i] is None else columns[name][i]) for name, _ in spec.scalars]
-                for name in spec.distinct:
-                    members = columns[name][i] or []
-                    args += [len(members), *members]
+                if columns[VIEW][i] != view or pending >= spec.chunk:
+                    flush()
+                    if columns[VIEW][i] != view:
+                        view, chunk_index = columns[VIEW][i], 0
+                    pending = 0
+                ws = columns[WS][i]
+                args += [columns[KEY][i], f"@{ws}" if ws else "", columns[DEPTH][i]]
+                args += ["" if v is None else v for v in columns[VALUES][i]]
+                for members in columns[MEMBERS][i]:
+                    args += [len(members or ()), *(members or ())]
                 pending += 1
-                if pending >= spec.chunk:
-                    _apply_chunk(apply, keys, spec, head, f"{spec.view}:{partition}:{chunk_index}", args)
-                    rows, chunk_index, pending, args = rows + pending, chunk_index + 1, 0, []
-        if pending:
-            _apply_chunk(apply, keys, spec, head, f"{spec.view}:{partition}:{chunk_index}", args)
-            rows += pending
+                rows += 1
+        flush()
     finally:
         client.close()
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
@@ -186,3 +203,5 @@ def _apply_chunk(apply, keys: Keys, spec: WriteSpec, head: list, guard: str, row
         raise EpochChangedError(
             f"Redis epoch of {spec.pipeline!r} changed (Redis lost its data); the speed layer must rebuild"
         )
+    if result not in (0, 1):
+        raise RuntimeError(f"unexpected reply {result!r} applying {guard} of {spec.pipeline!r}")

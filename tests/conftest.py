@@ -36,11 +36,13 @@ class RedisServer:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, *, appendonly: bool = False) -> None:
+        """Start (or restart, same port and data) the server; ``appendonly`` persists every write (AOF)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if appendonly else ["--appendonly", "no"]
         self.process = subprocess.Popen(
             [str(redis_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--save", "", "--appendonly", "no"],
+             "--save", "", *persistence],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import deltalake
 
@@ -106,12 +106,6 @@ def words(text: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-class Accumulator(Protocol):
-    def merge(self, other: Any) -> Any: ...
-
-    def measures(self) -> Measures: ...
-
-
 @dataclass
 class WordCount:
     count: int = 0
@@ -147,6 +141,7 @@ class Spend:
         }
 
 
+#: Per (key, window) row, its accumulator (WordCount or Spend).
 Groups = dict[RowKey, Any]
 
 

@@ -60,14 +60,14 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
 
 
 @router.get(
-    "/{view}/keys/{key}", response_model=KeyAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+    "/{view}/keys/{key:path}", response_model=KeyAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
     summary="Measures of one key (batch + realtime, exact)",
 )
 async def get_key(
     pipeline: PipelineDep,
     store: StoreDep,
     view: ViewName,
-    key: Annotated[str, Path(description="Key value; several key columns are joined with '|'.")],
+    key: Annotated[str, Path(description="Key value, URL-encoded ('/' allowed); several key columns are joined with '|'.")],
     window_start: WindowStart = None,
     start: Annotated[datetime | None, Query(alias="from", description="Windowed views: range start (inclusive).")] = None,
     end: Annotated[datetime | None, Query(alias="to", description="Windowed views: range end (exclusive).")] = None,

@@ -1,0 +1,119 @@
+"""Helpers for the speed-layer tests: run the speed layer, wait until it caught up, check exactness."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import redis
+from deltalake import DeltaTable
+
+from deploy.settings import Settings
+from shared_logic import load_pipeline
+from tests import oracle
+
+
+@contextmanager
+def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]:  # noqa: ANN001
+    """The speed layer running in a thread of this process (the session's SparkSession)."""
+    from speed_layer.runner import run_speed_layer
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_speed_layer(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
+        except BaseException as e:  # noqa: BLE001 - surfaced to the test below
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="speed-layer", daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(120)
+    if errors:
+        raise errors[0]
+
+
+def processed_version(settings: Settings) -> int | None:
+    value = redis.Redis.from_url(settings.redis_url).hget(f"lp:{settings.pipeline}:speed", "processed")
+    return None if value is None else int(value)
+
+
+def wait_caught_up(settings: Settings, timeout: float = 240) -> int:
+    """Block until the speed layer has processed the master dataset's newest version; return it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        latest = DeltaTable(str(settings.master_path)).version()
+        processed = processed_version(settings)
+        if processed is not None and processed >= latest:
+            return latest
+        if time.monotonic() > deadline:
+            raise AssertionError(f"speed layer did not catch up: processed {processed}, latest {latest}")
+        time.sleep(0.2)
+
+
+def _close(got: Any, want: Any, measure: str) -> bool:
+    if measure.startswith("distinct_"):
+        return abs(got - want) <= max(1, 0.03 * want)
+    if isinstance(want, float):
+        return math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
+    return got == want
+
+
+def assert_exact(base_url: str, settings: Settings, version: int) -> int:
+    """Every key of every view (and top-N) answered over HTTP equals the oracle at ``version``.
+
+    Returns how many answers were compared.
+    """
+    events = oracle.read_events(settings.master_path, version)
+    expected = oracle.views(settings.pipeline, events)
+    compared = 0
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        for view, rows in expected.items():
+            for (key, window_start), measures in rows.items():
+                params = {"window_start": window_start} if window_start is not None else {}
+                response = http.get(f"/v1/views/{view}/keys/{quote(key, safe='')}", params=params)
+                assert response.status_code == 200, (view, key, window_start, response.text)
+                body = response.json()
+                assert body["version"] >= version, body
+                for measure, want in measures.items():
+                    got = body["value"][measure]
+                    assert _close(got, want, measure), (view, key, window_start, measure, got, want, body)
+                compared += 1
+            _assert_top(http, view, rows)
+    return compared
+
+
+def _assert_top(http: httpx.Client, view: str, rows: dict) -> None:  # noqa: ANN001
+    all_time = {key: m for (key, ws), m in rows.items() if ws is None}
+    if not all_time:
+        window = min(ws for _, ws in rows)
+        all_time = {key: m for (key, ws), m in rows.items() if ws == window}
+        params: dict[str, Any] = {"window_start": window}
+    else:
+        params = {}
+    for measure in ("count", "sum_amount", "max_amount"):
+        if measure not in next(iter(all_time.values())):
+            continue
+        want = sorted(all_time.items(), key=lambda kv: (-kv[1][measure], kv[0]))[:5]
+        body = http.get(f"/v1/views/{view}/top", params={**params, "n": 5, "measure": measure}).json()
+        assert [e["key"] for e in body["top"]] == [k for k, _ in want], (view, measure, body, want)
+        for entry, (_, m) in zip(body["top"], want):
+            assert _close(entry["value"], m[measure], measure)
+
+
+@pytest.fixture
+def exactness() -> Callable[..., int]:
+    return assert_exact

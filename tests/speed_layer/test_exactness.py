@@ -1,0 +1,151 @@
+"""The promise: once the speed layer has processed the master dataset through version N, every
+answer equals the view computed from scratch over the master dataset at version N.
+
+Events are ingested while the speed layer runs, batch runs start at random points (and one is
+killed midway), the master dataset is compacted mid-stream, the speed-layer process is killed
+with SIGKILL and restarted, and Redis restarts under it. After each scenario every key of every
+view (windowed ones included) and the top-N answers are compared over HTTP with the oracle
+(tests/oracle.py: plain Python over the master dataset read with delta-rs).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from batch_layer.master import MasterDataset
+from batch_layer.recompute import run_batch
+from batch_layer.storage import get_engine
+from shared_logic import load_pipeline
+from tests import oracle
+from tests.conftest import RedisServer
+from tests.speed_layer.conftest import assert_exact, processed_version, running_speed_layer, wait_caught_up
+
+pytestmark = pytest.mark.slow
+
+START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
+
+
+def _master(settings) -> MasterDataset:  # noqa: ANN001
+    return MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine("delta-rs"))
+
+
+def _ingest_some(master: MasterDataset, rng: random.Random, n: int) -> None:
+    events = oracle.payments_events(rng, n, START, seconds=5 * 3600)
+    master.append(master.pipeline.schema.validate(events))
+
+
+def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2)
+    master, rng = _master(settings), random.Random(11)
+    _ingest_some(master, rng, 80)
+    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+    with running_speed_layer(spark, settings):
+        for step in range(14):
+            _ingest_some(master, rng, rng.randint(1, 15))
+            if step in (3, 9):
+                run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+            if step == 6:
+                DeltaTable(str(settings.master_path)).optimize.compact()
+            time.sleep(rng.uniform(0, 0.3))
+        version = wait_caught_up(settings)
+        with api(pipeline="payments") as server:
+            assert assert_exact(server.base_url, settings, version) > 50
+
+
+def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:  # noqa: ANN001
+    env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
+           "LAMBDA_PIPELINE": settings.pipeline, "LAMBDA_SPARK_MASTER": "local[2]",
+           "LAMBDA_SPEED_TRIGGER_SECONDS": "0.2", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "deploy.cli", "speed", "run"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:  # noqa: ANN001
+    import redis
+
+    client = redis.Redis.from_url(settings.redis_url)
+    deadline = time.monotonic() + timeout
+    while int(client.hget(f"lp:{settings.pipeline}:speed", "batch_id") or -1) < at_least:
+        assert time.monotonic() < deadline, "the speed layer made no progress"
+        time.sleep(0.1)
+
+
+def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
+    settings = make_settings(pipeline="payments")
+    master, rng = _master(settings), random.Random(23)
+    _ingest_some(master, rng, 60)
+    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+
+    # First life: dies right after a micro-batch's increments reached Redis, before Spark committed
+    # its offsets. The restart replays that micro-batch: only the guard keeps it from counting twice.
+    first = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-after-write"})
+    _ingest_some(master, rng, 10)
+    assert first.wait(240) == -9
+    speed = _speed_process(settings)
+    stop_ingest = threading.Event()
+
+    def ingest() -> None:
+        while not stop_ingest.is_set():
+            _ingest_some(master, rng, rng.randint(1, 10))
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=ingest, daemon=True)
+    feeder.start()
+    try:
+        _wait_for_batches(settings, 4)
+        time.sleep(rng.uniform(0, 0.5))
+        speed.send_signal(signal.SIGKILL)  # mid-stream, possibly mid-micro-batch
+        speed.wait(30)
+        # A batch run killed midway while events keep coming.
+        env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
+               "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": "before-flip"}
+        killed = subprocess.run([sys.executable, "-m", "deploy.cli", "batch", "run"], env=env, capture_output=True,
+                                timeout=300)
+        assert killed.returncode == -9
+        speed = _speed_process(settings)
+        time.sleep(2)
+    finally:
+        stop_ingest.set()
+        feeder.join(30)
+    try:
+        version = wait_caught_up(settings)
+        with api(pipeline="payments") as server:
+            assert assert_exact(server.base_url, settings, version) > 50
+    finally:
+        speed.terminate()
+        assert speed.wait(120) == 0, "SIGTERM did not stop the speed layer cleanly"
+
+
+def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path) -> None:
+    durable = RedisServer(tmp_path / "redis-aof")
+    durable.start(appendonly=True)
+    try:
+        settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2)
+        master, rng = _master(settings), random.Random(5)
+        _ingest_some(master, rng, 40)
+        run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+        with running_speed_layer(spark, settings):
+            for step in range(10):
+                _ingest_some(master, rng, 5)
+                if step == 4:
+                    durable.stop()
+                    time.sleep(1.0)
+                    durable.start(appendonly=True)
+                time.sleep(0.2)
+            version = wait_caught_up(settings)
+            with api(pipeline="payments", redis_url=durable.url) as server:
+                assert assert_exact(server.base_url, settings, version) > 20
+        assert processed_version(settings) == version
+    finally:
+        durable.stop()
