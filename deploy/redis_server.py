@@ -69,7 +69,7 @@ def ensure_embedded_redis(redis_dir: Path, *, port: int = 0, wait_seconds: float
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--appendonly", "yes",
-        "--appendfsync", "everysec",
+        "--appendfsync", "always",  # an acknowledged speed-layer write must survive a Redis crash
         "--save", "",
         "--daemonize", "yes",
         "--pidfile", str(redis_dir / "redis.pid"),

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from shared_logic.errors import PipelineDefinitionError
+from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -108,8 +108,6 @@ class View:
         try:
             return self._by_name[name]
         except KeyError:
-            from shared_logic.errors import UnknownNameError
-
             raise UnknownNameError(f"measure of view {self.name!r}", name, list(self._by_name)) from None
 
     def aggregate(self, rows: DataFrame) -> DataFrame:

@@ -1,0 +1,209 @@
+"""Speed-layer benchmarks: freshness and sustained throughput, with baselines from the same run.
+
+    python benchmarks/speed_layer.py freshness [--events 240 --rate 4]
+    python benchmarks/speed_layer.py throughput [--events 2000000 --versions 200]
+
+freshness: the speed layer (trigger at its default, 1 s) and the HTTP API run as in production
+(separate processes); events are ingested one commit each at a steady rate, and for each the time
+from the ingest call returning to the event being visible in the merged answer over HTTP is
+measured. Prints p50/p95/max, and p95 as a ratio of the trigger interval. Target: p95 <= 2 s.
+
+throughput: a master dataset of N events in V commits is streamed from scratch by the speed layer
+(in-process, rows capped per micro-batch); events/s = N / time to catch up. Baseline, same run and
+session: Spark reading the same parquet files and computing the same views (no Redis). Prints
+both rates and their ratio. Target: >= 100k events/s.
+
+Nothing is asserted; figures are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from batch_layer.master import MasterDataset  # noqa: E402
+from batch_layer.recompute import run_batch  # noqa: E402
+from batch_layer.storage import get_engine  # noqa: E402
+from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis  # noqa: E402
+from deploy.settings import load_settings  # noqa: E402
+from shared_logic import load_pipeline  # noqa: E402
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def freshness(events: int, rate: float, data_dir: Path) -> None:
+    settings = load_settings(data_dir=data_dir, pipeline="wordcount")
+    redis_url = ensure_embedded_redis(settings.redis_dir)
+    pipeline = load_pipeline("wordcount")
+    master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
+    master.append(pipeline.schema.validate([{"text": "warm up"}]))
+    port = _free_port()
+    env = {**os.environ, "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": "wordcount",
+           "LAMBDA_REDIS_URL": redis_url, "LAMBDA_HTTP_PORT": str(port)}
+    cli = [sys.executable, "-m", "deploy.cli"]
+    subprocess.run([*cli, "batch", "run"], env=env, check=True, capture_output=True)
+    speed = subprocess.Popen([*cli, "speed", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    api = subprocess.Popen([*cli, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=5) as http:
+            _wait(lambda: http.get("/readyz").status_code == 200, "the API")
+            _wait(lambda: client.hget("lp:wordcount:speed", "processed") is not None, "the speed layer", 180)
+            delays: list[float] = []
+            interval = 1.0 / rate
+            next_at = time.monotonic()
+            for i in range(events):
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                next_at += interval
+                word = f"fresh{i:05d}"
+                master.append(pipeline.schema.validate([{"text": word}]))
+                acked = time.monotonic()
+                while http.get(f"/v1/views/word_counts/keys/{word}").status_code != 200:
+                    time.sleep(0.01)
+                delays.append(time.monotonic() - acked)
+                next_at = max(next_at, time.monotonic())
+        trigger = settings.speed_trigger_seconds
+        p50, p95 = statistics.median(delays), _percentile(delays, 0.95)
+        print(f"freshness over {len(delays)} events at {rate:g}/s, trigger {trigger:g} s:")
+        print(f"  p50 {p50:.3f} s   p95 {p95:.3f} s   max {max(delays):.3f} s")
+        print(f"  p95 / trigger interval = {p95 / trigger:.2f}   (target: p95 <= 2 s)")
+    finally:
+        for process in (speed, api):
+            process.terminate()
+            process.wait(60)
+        stop_embedded_redis(settings.redis_dir)
+
+
+def _wait(ready, what: str, timeout: float = 60) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not come up within {timeout}s")
+        time.sleep(0.2)
+
+
+def _payments_table(pipeline, n: int, rng: np.random.Generator) -> pa.Table:  # noqa: ANN001
+    users = rng.integers(0, 50_000, n)
+    merchants = rng.integers(0, 200, n)
+    seconds = rng.integers(0, 24 * 3600, n)
+    start = np.datetime64("2026-01-01T00:00:00", "us")
+    return pa.table(
+        {
+            "user_id": pa.array(np.char.add("user-", users.astype(str))),
+            "merchant": pa.array(np.char.add("m-", merchants.astype(str))),
+            "amount": pa.array(np.round(rng.uniform(1, 500, n), 2)),
+            "event_time": pa.array(start + seconds.astype("timedelta64[s]"), pa.timestamp("us", tz="UTC")),
+            "_kind": pa.array(["event"] * n),
+        },
+        schema=pipeline.schema.arrow_schema(),
+    )
+
+
+def throughput(events: int, versions: int, data_dir: Path) -> None:
+    from deploy.spark import build_spark
+    from speed_layer.runner import run_speed_layer
+
+    settings = load_settings(data_dir=data_dir, pipeline="payments", speed_trigger_seconds=0.0,
+                             speed_max_rows_per_trigger=500_000, spark_driver_memory="6g",
+                             speed_write_partitions=2)
+    redis_url = ensure_embedded_redis(settings.redis_dir)
+    pipeline = load_pipeline("payments")
+    master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
+    rng = np.random.default_rng(3)
+    spark = build_spark(settings, "bench-speed")
+    master.append(_payments_table(pipeline, 1000, rng))
+    run_batch(spark, settings, pipeline, redis_url=redis_url)  # generation served; the stream starts after it
+    per = events // versions
+    t = time.perf_counter()
+    for _ in range(versions):
+        master.append(_payments_table(pipeline, per, rng))
+    print(f"ingested {per * versions:,} events in {versions} commits ({time.perf_counter() - t:.1f} s)")
+    latest = master.latest_version()
+
+    # Baseline: Spark aggregates the same rows from the same parquet files (no Redis, no streaming).
+    from deltalake import DeltaTable
+
+    files = DeltaTable(str(settings.master_path)).file_uris()
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    t = time.perf_counter()
+    rows = spark.read.schema(from_arrow_schema(master.schema)).parquet(*files).where("_kind = 'event'").drop("_kind")
+    transformed = pipeline.transform(rows)
+    for view in pipeline.views:
+        view.aggregate(transformed).write.format("noop").mode("overwrite").save()
+    baseline = time.perf_counter() - t
+
+    client = redis.Redis.from_url(redis_url)
+    stop = threading.Event()
+    worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
+                              kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
+    t = time.perf_counter()
+    worker.start()
+    while int(client.hget("lp:payments:speed", "processed") or -1) < latest:
+        time.sleep(0.1)
+    streamed = time.perf_counter() - t
+    stop.set()
+    worker.join(120)
+    n = per * versions
+    print(f"speed layer: {n / streamed:,.0f} events/s ({streamed:.1f} s to catch up on {n:,} events, "
+          f"query start included)")
+    print(f"baseline   : {n / baseline:,.0f} events/s (Spark aggregating the same parquet, {baseline:.1f} s)")
+    print(f"ratio speed/baseline = {(n / streamed) / (n / baseline):.2f}   (target: >= 100k events/s)")
+    spark.stop()
+    stop_embedded_redis(settings.redis_dir)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="which", required=True)
+    f = sub.add_parser("freshness", help="ingest-to-visible latency, p50/p95")
+    f.add_argument("--events", type=int, default=240)
+    f.add_argument("--rate", type=float, default=4.0, help="events per second")
+    th = sub.add_parser("throughput", help="sustained events/s against Spark's raw aggregation rate")
+    th.add_argument("--events", type=int, default=2_000_000)
+    th.add_argument("--versions", type=int, default=200)
+    for p in (f, th):
+        p.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args()
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="lambda-bench-"))
+    if args.which == "freshness":
+        freshness(args.events, args.rate, data_dir)
+    else:
+        throughput(args.events, args.versions, data_dir)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
