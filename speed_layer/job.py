@@ -109,32 +109,35 @@ class SpeedLayer:
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch}))
-        return served if served is not None else 0
+        starting = served if served is not None else 0
+        self.client.hset(self.keys.speed, mapping={"processed": starting, "query": self.query_id})
+        return starting
+
+    def heartbeat(self) -> None:
+        """Say the speed layer is alive (also when no new versions arrive)."""
+        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id})
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        batch = batch.persist()
-        try:
-            summary = batch.agg(
-                F.max(VERSION_COLUMN),
-                F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
-            ).first()
-            last, barriers = summary[0], sorted(summary[1])
-            if last is None:
-                return
-            if barriers:
-                self.client.sadd(self.keys.segments, *barriers)
-            bases = self._live_bases(barriers)
-            rows = 0
-            if bases:
-                events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-                rows = self._apply(events, bases, batch_id)
-            fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
-            self._mark_processed(bases, last, batch_id)
-            log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
-                     batch_id, last, rows, bases, time.monotonic() - started)
-        finally:
-            batch.unpersist()
+        # No persist(): materializing a cache costs more than reading the versions twice.
+        summary = batch.agg(
+            F.max(VERSION_COLUMN),
+            F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
+        ).first()
+        last, barriers = summary[0], sorted(summary[1])
+        if last is None:
+            return
+        if barriers:
+            self.client.sadd(self.keys.segments, *barriers)
+        bases = self._live_bases(barriers)
+        rows = 0
+        if bases:
+            events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
+            rows = self._apply(events, bases, batch_id)
+        fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
+        self._mark_processed(bases, last, batch_id)
+        log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
+                 batch_id, last, rows, bases, time.monotonic() - started)
 
     def _live_bases(self, barriers: list[int]) -> list[int]:
         served = served_generation(self.client, self.keys)
@@ -146,6 +149,8 @@ class SpeedLayer:
     def _apply(self, events: DataFrame, bases: list[int], batch_id: int) -> int:
         """Every view's increments for every interval, written in one Spark job."""
         encoded = []
+        width = (max(len(v.scalar_measures) for v in self.pipeline.views),
+                 max(len(v.distinct_measures) for v in self.pipeline.views))
         for depth, low in enumerate(bases, start=1):
             high = bases[depth] if depth < len(bases) else None
             interval = F.col(VERSION_COLUMN) > low
@@ -153,7 +158,7 @@ class SpeedLayer:
                 interval = interval & (F.col(VERSION_COLUMN) <= high)
             rows = self.pipeline.transform(events.where(interval).drop(VERSION_COLUMN))
             for view in self.pipeline.views:
-                encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view))
+                encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width))
         spec = WriteSpec(
             self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, tuple(bases),
             {view.name: measure_spec(view) for view in self.pipeline.views}, self.settings.speed_chunk_rows,

@@ -42,8 +42,10 @@ def run_speed_layer(
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
-        query = SpeedLayer(spark, settings, pipeline, redis_url=redis_url).start()
+        layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
+        query = layer.start()
         while not stop.is_set() and query.isActive:
+            layer.heartbeat()
             stop.wait(0.5)
         if stop.is_set():
             log.info("stopping the speed layer after the micro-batch in flight")

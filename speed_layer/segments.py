@@ -12,6 +12,7 @@ lost its data: the speed layer must rebuild from the served generation instead).
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VIEW, KEY, WS, DEPTH, VALUES, MEMBERS = "_view", "_key", "_ws", "_depth", "_values", "_members"
+VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 # KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch,
-# n bases, bases..., n scalars, (name, kind)..., n distinct, names..., then rows:
-# key, suffix, depth (the row belongs to the lowest `depth` bases), scalar values ('' none),
-# per distinct measure: n members, members...
+# n bases, bases..., n scalars, (name, kind)..., n distinct, names..., n rows, then columns of
+# n values each: keys, window suffixes, depths (a row belongs to the lowest `depth` bases), one
+# column per scalar measure ('' = none), one column of member counts per distinct measure; then
+# all members. Parts are folded per sorted set first, then written with one ZMSCORE + one ZADD
+# per sorted set; numbers are formatted %.17g so no digit of a sum is lost.
 _APPLY = """
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
 local batch = tonumber(ARGV[4])
@@ -57,38 +60,62 @@ i = i + 2 * nm + 1
 local nd = tonumber(ARGV[i]); local dnames = {}
 for j = 1, nd do dnames[j] = ARGV[i + j] end
 i = i + nd + 1
-while i <= #ARGV do
-  local key, sfx, depth = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  i = i + 3
-  local values = {}
-  for j = 1, nm do values[j] = ARGV[i + j - 1] end
-  i = i + nm
-  local members = {}
-  for j = 1, nd do
-    local c = tonumber(ARGV[i]); members[j] = {}
-    for t = 1, c do members[j][t] = ARGV[i + t] end
-    i = i + c + 1
-  end
+local n = tonumber(ARGV[i])
+local K, S, D = i, i + n, i + 2 * n
+local V = i + 3 * n
+local C = V + nm * n
+local M = C + nd * n + 1
+local acc, kind_of = {}, {}
+for r = 1, n do
+  local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
   for s = 1, depth do
     local sp = live[s]
     if sp then
       for j = 1, nm do
-        local v = values[j]
+        local v = ARGV[V + (j - 1) * n + r]
         if v ~= '' then
           local z = sp .. ':z:' .. names[j] .. sfx
-          if kinds[j] == 'min' then redis.call('ZADD', z, 'LT', v, key)
-          elseif kinds[j] == 'max' then redis.call('ZADD', z, 'GT', v, key)
-          else redis.call('ZINCRBY', z, v, key) end
-        end
-      end
-      for j = 1, nd do
-        local m = members[j]
-        for t = 1, #m, 1000 do
-          redis.call('PFADD', sp .. ':d:' .. dnames[j] .. ':' .. key .. sfx, unpack(m, t, math.min(t + 999, #m)))
+          local t = acc[z]
+          if not t then t = {}; acc[z] = t; kind_of[z] = kinds[j] end
+          local x, old = tonumber(v), t[key]
+          if old == nil then t[key] = x
+          elseif kinds[j] == 'min' then if x < old then t[key] = x end
+          elseif kinds[j] == 'max' then if x > old then t[key] = x end
+          else t[key] = old + x end
         end
       end
     end
   end
+end
+local m = M
+for r = 1, n do
+  local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
+  for j = 1, nd do
+    local c = tonumber(ARGV[C + (j - 1) * n + r])
+    if c > 0 then
+      for s = 1, depth do
+        local sp = live[s]
+        if sp then
+          local hll = sp .. ':d:' .. dnames[j] .. ':' .. key .. sfx
+          for t = 0, c - 1, 1000 do redis.call('PFADD', hll, unpack(ARGV, m + t, m + math.min(t + 999, c - 1))) end
+        end
+      end
+    end
+    m = m + c
+  end
+end
+for z, t in pairs(acc) do
+  local kind, members, scores = kind_of[z], {}, {}
+  for member, x in pairs(t) do members[#members + 1] = member; scores[#scores + 1] = x end
+  if kind == 'count' or kind == 'sum' then
+    local old = redis.call('ZMSCORE', z, unpack(members))
+    for q = 1, #members do if old[q] then scores[q] = scores[q] + tonumber(old[q]) end end
+  end
+  local args = {}
+  for q = 1, #members do args[2 * q - 1] = string.format('%.17g', scores[q]); args[2 * q] = members[q] end
+  if kind == 'min' then redis.call('ZADD', z, 'LT', unpack(args))
+  elseif kind == 'max' then redis.call('ZADD', z, 'GT', unpack(args))
+  else redis.call('ZADD', z, unpack(args)) end
 end
 redis.call('HSET', KEYS[2], ARGV[3], batch)
 return 1
@@ -119,18 +146,22 @@ def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ..
     return scalars, tuple(m.name for m in view.distinct_measures)
 
 
-def encode(increments: DataFrame, view: View) -> DataFrame:
-    """One view's increments (view rows with ``_depth``) in the shape every view shares for writing."""
+def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFrame:
+    """One view's increments (view rows with ``_depth``) in the shape all views share for writing:
+    ``width`` = (value columns, member columns), the most any view of the pipeline needs."""
     from pyspark.sql import functions as F
 
+    values = [F.col(m.name).cast("string") for m in view.scalar_measures]
     members = [F.col(m.name) for m in view.distinct_measures]
+    values += [F.lit(None).cast("string")] * (width[0] - len(values))
+    members += [F.lit(None).cast("array<string>")] * (width[1] - len(members))
     return increments.select(
         F.lit(view.name).alias(VIEW),
         key_column(view.keys).alias(KEY),
         window_column(WINDOW_START if view.window else None).alias(WS),
         F.col(DEPTH),
-        F.array(*(F.col(m.name).cast("string") for m in view.scalar_measures)).alias(VALUES),
-        (F.array(*members) if members else F.array().cast("array<array<string>>")).alias(MEMBERS),
+        *(c.alias(f"{VALUE}{j}") for j, c in enumerate(values)),
+        *(c.alias(f"{MEMBER}{j}") for j, c in enumerate(members)),
     )
 
 
@@ -151,6 +182,15 @@ def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
     return head + [len(distinct), *distinct]
 
 
+def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of consecutive rows of one view, at most ``chunk`` long."""
+    start = 0
+    for i in range(1, len(views) + 1):
+        if i == len(views) or views[i] != views[start] or i - start >= chunk:
+            yield start, i
+            start = i
+
+
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -158,32 +198,28 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     keys = Keys(spec.pipeline)
     client = redis_client(spec.redis_url)
     apply = client.register_script(_APPLY)
-    rows, chunk_index, view, args = 0, 0, None, []
-
-    def flush() -> None:
-        nonlocal rows, chunk_index, args
-        if args:
-            _apply_chunk(apply, keys, spec, _header(keys, spec, view), f"{view}:{partition}:{chunk_index}", args)
-            chunk_index, args = chunk_index + 1, []
-
+    rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
-        pending = 0
-        for batch in batches:
-            columns = batch.to_pydict()
-            for i in range(batch.num_rows):
-                if columns[VIEW][i] != view or pending >= spec.chunk:
-                    flush()
-                    if columns[VIEW][i] != view:
-                        view, chunk_index = columns[VIEW][i], 0
-                    pending = 0
-                ws = columns[WS][i]
-                args += [columns[KEY][i], f"@{ws}" if ws else "", columns[DEPTH][i]]
-                args += ["" if v is None else v for v in columns[VALUES][i]]
-                for members in columns[MEMBERS][i]:
-                    args += [len(members or ()), *(members or ())]
-                pending += 1
-                rows += 1
-        flush()
+        # A partition's rows arrive sorted; gather them so chunks do not depend on Arrow batch sizes.
+        table = pa.Table.from_batches(list(batches))
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
+        for start, stop in _runs(columns[VIEW], spec.chunk):
+            view = columns[VIEW][start]
+            scalars, distinct = spec.views[view]
+            args = _header(keys, spec, view) + [stop - start]
+            args += columns[KEY][start:stop]
+            args += [f"@{w}" if w else "" for w in columns[WS][start:stop]]
+            args += columns[DEPTH][start:stop]
+            for j in range(len(scalars)):
+                args += ["" if v is None else v for v in columns[f"{VALUE}{j}"][start:stop]]
+            member_lists = [[m or () for m in columns[f"{MEMBER}{j}"][start:stop]] for j in range(len(distinct))]
+            for lists in member_lists:
+                args += [len(m) for m in lists]
+            for lists in member_lists:
+                args += list(itertools.chain.from_iterable(lists))
+            _apply_chunk(apply, keys, spec, args, f"{view}:{partition}:{chunk_of[view]}")
+            chunk_of[view] += 1
+            rows += stop - start
     finally:
         client.close()
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
@@ -195,10 +231,10 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     stop=stop_after_delay(120),
     reraise=True,
 )
-def _apply_chunk(apply, keys: Keys, spec: WriteSpec, head: list, guard: str, rows: list) -> None:  # noqa: ANN001
+def _apply_chunk(apply, keys: Keys, spec: WriteSpec, args: list, guard: str) -> None:  # noqa: ANN001
     """One atomic, guarded call. Retried on connection faults: if a reply was lost, the guard skips the repeat."""
-    head = [*head[:2], guard, *head[3:]]
-    result = apply(keys=[keys.current, keys.guard(spec.query), keys.epoch], args=head + rows)
+    args[2] = guard
+    result = apply(keys=[keys.current, keys.guard(spec.query), keys.epoch], args=args)
     if result == -1:
         raise EpochChangedError(
             f"Redis epoch of {spec.pipeline!r} changed (Redis lost its data); the speed layer must rebuild"

@@ -1,7 +1,7 @@
 """Speed-layer benchmarks: freshness and sustained throughput, with baselines from the same run.
 
-    python benchmarks/speed_layer.py freshness [--events 240 --rate 4]
-    python benchmarks/speed_layer.py throughput [--events 2000000 --versions 200]
+    python benchmarks/speed_layer_bench.py freshness [--events 240 --rate 4]
+    python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
 
 freshness: the speed layer (trigger at its default, 1 s) and the HTTP API run as in production
 (separate processes); events are ingested one commit each at a steady rate, and for each the time
@@ -113,8 +113,8 @@ def _wait(ready, what: str, timeout: float = 60) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def _payments_table(pipeline, n: int, rng: np.random.Generator) -> pa.Table:  # noqa: ANN001
-    users = rng.integers(0, 50_000, n)
+def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:  # noqa: ANN001
+    users = rng.integers(0, users, n)
     merchants = rng.integers(0, 200, n)
     seconds = rng.integers(0, 24 * 3600, n)
     start = np.datetime64("2026-01-01T00:00:00", "us")
@@ -130,7 +130,7 @@ def _payments_table(pipeline, n: int, rng: np.random.Generator) -> pa.Table:  # 
     )
 
 
-def throughput(events: int, versions: int, data_dir: Path) -> None:
+def throughput(events: int, versions: int, users: int, data_dir: Path) -> None:
     from deploy.spark import build_spark
     from speed_layer.runner import run_speed_layer
 
@@ -147,8 +147,9 @@ def throughput(events: int, versions: int, data_dir: Path) -> None:
     per = events // versions
     t = time.perf_counter()
     for _ in range(versions):
-        master.append(_payments_table(pipeline, per, rng))
-    print(f"ingested {per * versions:,} events in {versions} commits ({time.perf_counter() - t:.1f} s)")
+        master.append(_payments_table(pipeline, per, rng, users))
+    print(f"ingested {per * versions:,} events ({users:,} users, 24 h) in {versions} commits "
+          f"({time.perf_counter() - t:.1f} s)")
     latest = master.latest_version()
 
     # Baseline: Spark aggregates the same rows from the same parquet files (no Redis, no streaming).
@@ -193,6 +194,8 @@ def main() -> None:
     th = sub.add_parser("throughput", help="sustained events/s against Spark's raw aggregation rate")
     th.add_argument("--events", type=int, default=2_000_000)
     th.add_argument("--versions", type=int, default=200)
+    th.add_argument("--users", type=int, default=50_000,
+                    help="distinct users: how many view rows (Redis writes) a micro-batch's events fold into")
     for p in (f, th):
         p.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args()
@@ -200,7 +203,7 @@ def main() -> None:
     if args.which == "freshness":
         freshness(args.events, args.rate, data_dir)
     else:
-        throughput(args.events, args.versions, data_dir)
+        throughput(args.events, args.versions, args.users, data_dir)
     sys.stdout.flush()
     os._exit(0)
 
