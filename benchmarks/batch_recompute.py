@@ -17,11 +17,13 @@ process and one SparkSession, times these variants in rotation (A B C A B C ...)
      is the framework's overhead on the Spark work.
 
 Every variant runs once untimed (warm-up) before the timed repeats; after the warm-up the gold
-tables and B's output are compared row by row, and the Redis hashes' sizes with the gold rows.
-The script prints, per event count, the median seconds of each variant, A/B and C/B (target:
-A/B <= 1.15), events per second, and where the time of each variant goes (wall-clock of each
-step, measured by wrapping the platform's functions in this process; nothing in the product is
-changed).
+tables and B's output are compared row by row, and Redis is checked to serve A's generation with
+one sketch per gold row. Before every run the benchmark lets Redis finish A's background work
+(AOF rewrite, lazy free), collects garbage, and waits (bounded) for other processes on the
+machine to quiet down. The script prints, per event count, the median seconds of each variant,
+A/B and C/B (target: A/B <= 1.15), events per second, CPU seconds, and where the time of each
+variant goes (wall-clock of each step, measured by wrapping the platform's functions in this
+process; nothing in the product is changed).
 
 Usage:
     .venv/bin/python benchmarks/batch_recompute.py                       # 1M and 10M events

@@ -48,7 +48,7 @@ class Settings(BaseSettings):
         1_000_000, ge=1, description="Most rows one micro-batch reads (backpressure); unset: no row cap."
     )
     speed_write_partitions: int = Field(2, ge=1, le=1024, description="Partitions writing increments to Redis.")
-    speed_chunk_rows: int = Field(2_000, ge=1, le=100_000, description="View rows per guarded Redis call.")
+    speed_chunk_rows: int = Field(2_000, ge=1, le=3_000, description="View rows per guarded Redis call.")
 
     @field_validator("redis_url")
     @classmethod

@@ -11,6 +11,7 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
     lp:p:s:{B}:{view}:d:{measure}:{field}
     lp:p:s:{B}:meta                           hash: processed (last master version fully applied)
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
+    lp:p:plan:{query}                         "batch id:bases" of the micro-batch in flight (replays reuse it)
     lp:p:speed                                hash: the speed layer's heartbeat and processed version
     lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
 
@@ -34,7 +35,13 @@ WINDOW_SEPARATOR = "@"
 
 
 def encode_key(key: Sequence[str] | str) -> str:
-    return key if isinstance(key, str) else KEY_SEPARATOR.join(key)
+    """A key as one string. Composite keys join their values with '|', each value's '\\' and '|'
+    escaped with '\\', so ("a|b", "c") and ("a", "b|c") stay apart; one-column keys are as they are."""
+    if isinstance(key, str):
+        return key
+    if len(key) == 1:
+        return key[0]
+    return KEY_SEPARATOR.join(v.replace("\\", "\\\\").replace(KEY_SEPARATOR, "\\" + KEY_SEPARATOR) for v in key)
 
 
 def suffix(window_start: int | None) -> str:
@@ -49,7 +56,10 @@ def encode_field(key: Sequence[str] | str, window_start: int | None = None) -> s
 
 def key_column(keys: Sequence[str]) -> Column:
     """The key encoding as a Spark column (must agree with ``encode_key``)."""
-    return F.concat_ws(KEY_SEPARATOR, *(F.col(k).cast("string") for k in keys))
+    if len(keys) == 1:
+        return F.col(keys[0]).cast("string")
+    escaped = (F.regexp_replace(F.col(k).cast("string"), r"([\\|])", r"\\$1") for k in keys)
+    return F.concat_ws(KEY_SEPARATOR, *escaped)
 
 
 def window_column(window_start: str | None) -> Column:
@@ -93,6 +103,10 @@ class Keys:
 
     def guard(self, query: str) -> str:
         return f"{self.prefix}:guard:{query}"
+
+    def plan(self, query: str) -> str:
+        """The current micro-batch's id and segment bases, kept so a replay reuses them."""
+        return f"{self.prefix}:plan:{query}"
 
     def generation_prefix(self, generation: int) -> str:
         return f"{self.prefix}:g:{generation}"

@@ -60,6 +60,8 @@ class SpeedLayer:
         self.client = redis_client(redis_url)
         self.query_id = ""
         self.epoch = ""
+        self.partitions = settings.speed_write_partitions
+        self.chunk = settings.speed_chunk_rows
 
     def start(self) -> StreamingQuery:
         """Start (or resume from the checkpoint) the streaming query."""
@@ -97,18 +99,28 @@ class SpeedLayer:
             saved = json.loads(identity.read_text())
             if saved["epoch"] == epoch:
                 self.query_id, self.epoch = saved["query"], epoch
+                # Replays must cut the same chunks: keep the layout the query started with.
+                self.partitions, self.chunk = saved["partitions"], saved["chunk"]
+                if (self.partitions, self.chunk) != (self.settings.speed_write_partitions, self.settings.speed_chunk_rows):
+                    log.warning("keeping write partitions %d and chunk rows %d of the existing checkpoint; "
+                                "new values apply after a fresh start", self.partitions, self.chunk)
                 return -1  # ignored: Spark resumes from the checkpointed offsets
             log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
             shutil.rmtree(self.checkpoint)
         served = served_generation(self.client, self.keys)
-        delete_prefix(self.client, f"{self.keys.prefix}:s")
-        delete_prefix(self.client, f"{self.keys.prefix}:guard")
+        # Metadata first: a reader must never see a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
+        for meta in self.client.scan_iter(match=f"{self.keys.prefix}:s:*:meta"):
+            self.client.unlink(meta)
+        for prefix in ("s", "guard", "plan"):
+            delete_prefix(self.client, f"{self.keys.prefix}:{prefix}")
         if served is not None:
             self.client.sadd(self.keys.segments, served)
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)
-        identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch}))
+        identity.write_text(json.dumps(
+            {"query": self.query_id, "epoch": epoch, "partitions": self.partitions, "chunk": self.chunk}
+        ))
         starting = served if served is not None else 0
         self.client.hset(self.keys.speed, mapping={"processed": starting, "query": self.query_id})
         return starting
@@ -129,7 +141,7 @@ class SpeedLayer:
             return
         if barriers:
             self.client.sadd(self.keys.segments, *barriers)
-        bases = self._live_bases(barriers)
+        bases = self._plan(batch_id, barriers)
         rows = 0
         if bases:
             events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
@@ -138,6 +150,23 @@ class SpeedLayer:
         self._mark_processed(bases, last, batch_id)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
                  batch_id, last, rows, bases, time.monotonic() - started)
+
+    def _plan(self, batch_id: int, barriers: list[int]) -> list[int]:
+        """The segment bases of this micro-batch: decided on its first attempt, reused by replays.
+
+        The bases decide how increments are cut into rows and chunks; a replay after a flip must
+        cut the same chunks for the guard to skip exactly what was applied. Segments that died
+        meanwhile are skipped by the write itself.
+        """
+        key = self.keys.plan(self.query_id)
+        stored = self.client.get(key)
+        if stored is not None:
+            planned_id, bases = stored.decode().split(":", 1)
+            if int(planned_id) == batch_id:
+                return json.loads(bases)
+        bases = self._live_bases(barriers)
+        self.client.set(key, f"{batch_id}:{json.dumps(bases)}")
+        return bases
 
     def _live_bases(self, barriers: list[int]) -> list[int]:
         served = served_generation(self.client, self.keys)
@@ -161,9 +190,9 @@ class SpeedLayer:
                 encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width))
         spec = WriteSpec(
             self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, tuple(bases),
-            {view.name: measure_spec(view) for view in self.pipeline.views}, self.settings.speed_chunk_rows,
+            {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk,
         )
-        return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.settings.speed_write_partitions)
+        return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int) -> None:
         pipe = self.client.pipeline(transaction=True)

@@ -41,7 +41,9 @@ _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 # n values each: keys, window suffixes, depths (a row belongs to the lowest `depth` bases), one
 # column per scalar measure ('' = none), one column of member counts per distinct measure; then
 # all members. Parts are folded per sorted set first, then written with one ZMSCORE + one ZADD
-# per sorted set; numbers are formatted %.17g so no digit of a sum is lost.
+# per sorted set; numbers are formatted %.17g so no digit of a sum is lost. A chunk holds at
+# most MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails midway would
+# leave partial writes that Redis does not roll back.
 _APPLY = """
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
 local batch = tonumber(ARGV[4])
@@ -88,9 +90,9 @@ for r = 1, n do
   end
 end
 local m = M
-for r = 1, n do
-  local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
-  for j = 1, nd do
+for j = 1, nd do
+  for r = 1, n do
+    local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
     local c = tonumber(ARGV[C + (j - 1) * n + r])
     if c > 0 then
       for s = 1, depth do
@@ -122,6 +124,10 @@ return 1
 """
 
 
+#: Rows per guarded call at most: ZADD takes 2 arguments per row and Lua's unpack() stops near 8000.
+MAX_CHUNK_ROWS = 3_000
+
+
 class EpochChangedError(RuntimeError):
     """Redis lost its data under the speed layer: its segments must be rebuilt from the served generation."""
 
@@ -151,7 +157,8 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
     ``width`` = (value columns, member columns), the most any view of the pipeline needs."""
     from pyspark.sql import functions as F
 
-    values = [F.col(m.name).cast("string") for m in view.scalar_measures]
+    # Through double, as the batch loader writes them: sorted-set scores are numbers.
+    values = [F.col(m.name).cast("double").cast("string") for m in view.scalar_measures]
     members = [F.col(m.name) for m in view.distinct_measures]
     values += [F.lit(None).cast("string")] * (width[0] - len(values))
     members += [F.lit(None).cast("array<string>")] * (width[1] - len(members))
@@ -201,7 +208,11 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
         # A partition's rows arrive sorted; gather them so chunks do not depend on Arrow batch sizes.
-        table = pa.Table.from_batches(list(batches))
+        gathered = list(batches)
+        if not gathered:  # repartition(n) runs a task for every partition, empty ones included
+            yield pa.RecordBatch.from_pydict({"rows": [0]}, schema=pa.schema([("rows", pa.int64())]))
+            return
+        table = pa.Table.from_batches(gathered)
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
         for start, stop in _runs(columns[VIEW], spec.chunk):
             view = columns[VIEW][start]
