@@ -49,6 +49,17 @@ class Settings(BaseSettings):
     )
     speed_write_partitions: int = Field(2, ge=1, le=1024, description="Partitions writing increments to Redis.")
     speed_chunk_rows: int = Field(2_000, ge=1, le=3_000, description="View rows per guarded Redis call.")
+    api_keys: dict[str, list[Literal["read", "ingest", "admin"]]] | None = Field(
+        None, description='API keys and their scopes, as JSON: {"key": ["read", "ingest", "admin"]}.'
+    )
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
+    ingest_group_commit_ms: float = Field(
+        5.0, ge=0, le=1000, description="How long an ingest commit waits to gather concurrent requests."
+    )
+    batch_schedule: str | None = Field(
+        None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or a cron expression."
+    )
+    generate_rate: float = Field(20.0, gt=0, le=100_000, description="Demo traffic: events per second.")
 
     @field_validator("redis_url")
     @classmethod

@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 
 from serving.errors import ServingError
 from serving.freshness import MasterClock
-from serving.routes import health, views
+from serving.metrics import install_metrics
+from serving.routes import batch, events, health, views
 from serving.store import ServingStore
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.registry import load_pipeline
@@ -76,6 +77,9 @@ def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
     app.state.settings = settings
     app.state.master_clock = MasterClock(settings.master_path)
     install_error_handlers(app)
+    install_metrics(app)
     app.include_router(views.router)
+    app.include_router(events.router)
+    app.include_router(batch.router)
     app.include_router(health.router)
     return app
