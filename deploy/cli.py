@@ -2,9 +2,12 @@
 
     lambda-platform ingest FILE      append a JSON Lines file to the master dataset (all or nothing)
     lambda-platform batch run        recompute every view and serve it as a new generation
+    lambda-platform batch schedule   recompute on a schedule and on request (single-flight)
     lambda-platform speed run        stream new versions into realtime segments, exactly once
     lambda-platform serve            run the HTTP API
-    lambda-platform up               load samples if the data dir is new, recompute, serve
+    lambda-platform up               everything, supervised: Redis, API, speed layer, scheduler, demo traffic
+    lambda-platform status           each part: up or down, versions, lag, last batch run
+    lambda-platform generate         demo traffic over HTTP
 
 Configuration comes from LAMBDA_* environment variables (see README); the global options below
 override them for one command.
@@ -16,7 +19,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -64,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
                                            "the snapshot at its version with Spark, write the gold tables, load "
                                            "Redis and flip the served generation. A failed run serves nothing new.")
     run.set_defaults(handler=_cmd_batch_run)
+    schedule = batch_sub.add_parser(
+        "schedule", help="run recomputes on the schedule (LAMBDA_BATCH_SCHEDULE) and on request, one at a time",
+        description="Recompute on an interval ('15m') or cron expression, and whenever POST /v1/batch/runs asks; "
+                    "never two runs at once across processes; skipped when the master dataset has not changed.")
+    schedule.set_defaults(handler=_cmd_batch_schedule)
 
     speed = sub.add_parser("speed", help="speed-layer commands")
     speed_sub = speed.add_subparsers(dest="speed_command", required=True, metavar="ACTION")
@@ -78,12 +85,28 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
     serve.set_defaults(handler=_cmd_serve)
 
-    up = sub.add_parser("up", help="start the platform locally: samples (new data dir), a recompute, the API",
-                        description="On a fresh data dir, load sample events for a built-in pipeline; run a batch "
-                                    "recompute; serve the API until Ctrl-C.")
-    up.add_argument("--host", help="bind address (LAMBDA_HTTP_HOST)")
-    up.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
+    up = sub.add_parser("up", help="start the whole platform locally (what `make run` runs)",
+                        description="Start the embedded Redis (unless LAMBDA_REDIS_URL is set), the API, the speed "
+                                    "layer, the batch scheduler and demo traffic as supervised child processes. A "
+                                    "fresh data dir gets sample events and a first recompute. Ctrl-C or SIGTERM "
+                                    "stops everything; `up` again on the same data dir resumes with nothing lost.")
+    up.add_argument("--host", help="API bind address (LAMBDA_HTTP_HOST)")
+    up.add_argument("--port", type=int, help="API port (LAMBDA_HTTP_PORT)")
+    up.add_argument("--no-generate", action="store_true", help="no demo traffic")
     up.set_defaults(handler=_cmd_up)
+
+    status = sub.add_parser("status", help="each part: up or down, versions, lag, last batch run")
+    status.add_argument("--host", help="API address to probe (LAMBDA_HTTP_HOST)")
+    status.add_argument("--port", type=int, help="API port to probe (LAMBDA_HTTP_PORT)")
+    status.set_defaults(handler=_cmd_status)
+
+    generate = sub.add_parser("generate", help="demo traffic: post sample events to the API at a steady rate",
+                              description="Post events of the pipeline's samples to POST /v1/events until Ctrl-C. "
+                                          "Uses the API key from LAMBDA_API_KEYS (first key with 'ingest').")
+    generate.add_argument("--rate", type=float, help="events per second (LAMBDA_GENERATE_RATE)")
+    generate.add_argument("--host", help="API address (LAMBDA_HTTP_HOST)")
+    generate.add_argument("--port", type=int, help="API port (LAMBDA_HTTP_PORT)")
+    generate.set_defaults(handler=_cmd_generate)
     return parser
 
 
@@ -161,34 +184,57 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.master import MasterDataset, dump_jsonl
-    from batch_layer.storage import get_engine
-    from deploy.samples import sample_events
+def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from deploy.scheduler import run_scheduler
+    from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
 
     pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
-    if settings.master_path.exists() is False and (events := sample_events(pipeline.name)) is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            sample = Path(tmp) / f"{pipeline.name}-sample.jsonl"
-            dump_jsonl(events, sample)
-            result = master.ingest_file(sample)
-        console.print(f"loaded {result.events} sample events into a new master dataset (version {result.version})")
-    _cmd_batch_run(settings, args)
-    base = f"http://{settings.http_host}:{settings.http_port}"
-    first = pipeline.views[0]
-    out.print(
-        f"\n[bold]Lambda platform up[/] (pipeline {pipeline.name}, data in {settings.data_dir.resolve()})\n"
-        f"  API docs:   {base}/docs\n"
-        f"  views:      {base}/v1/views\n"
-        f"  a key:      {base}/v1/views/{first.name}/keys/<key>\n"
-        f"  Redis:      {redis_url}\n"
-        "Ctrl-C stops the API.\n"
-    )
-    _serve(settings, redis_url)
+    spark = build_spark(settings, f"lambda-scheduler-{pipeline.name}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    run_scheduler(spark, settings, pipeline, redis_url=redis_url, stop=stop)
     return EXIT_OK
+
+
+def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from deploy.launcher import run_platform
+
+    return run_platform(settings, generate_traffic=not args.no_generate, console=out)
+
+
+def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    from deploy.status import status_table
+
+    out.print(status_table(settings))
+    return EXIT_OK
+
+
+def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from deploy.generator import generate
+
+    key = next((k for k, scopes in (settings.api_keys or {}).items() if "ingest" in scopes), None)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    rate = args.rate or settings.generate_rate
+    console.print(f"posting {settings.pipeline} events at {rate:g}/s to {_api_url(settings)}; Ctrl-C stops")
+    accepted = generate(settings.pipeline, _api_url(settings), key, rate, stop)
+    console.print(f"{accepted} events accepted")
+    return EXIT_OK
+
+
+def _api_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    return f"http://{host}:{settings.http_port}"
 
 
 def _configure_logging(verbose: bool) -> None:

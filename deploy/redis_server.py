@@ -49,48 +49,64 @@ def ping(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def ensure_embedded_redis(redis_dir: Path, *, port: int = 0, wait_seconds: float = 15.0) -> str:
-    """Start the embedded server for ``redis_dir`` unless it is already running; return its URL.
-
-    The server runs as a daemon (pid file in ``redis_dir``) so every platform process of this
-    data dir shares it; ``stop_embedded_redis`` ends it. ``port`` > 0 also listens on TCP.
-    """
+def embedded_redis_argv(redis_dir: Path, *, daemonize: bool, port: int = 0) -> list[str]:
+    """The command line of the embedded server for ``redis_dir`` (AOF, every write fsynced)."""
     redis_dir = redis_dir.resolve()
-    sock = socket_path(redis_dir)
-    url = f"unix://{sock}"
-    if ping(url):
-        return url
-    redis_dir.mkdir(parents=True, exist_ok=True)
-    args = [
+    argv = [
         str(redis_binary()),
         "--dir", str(redis_dir),
-        "--unixsocket", str(sock),
+        "--unixsocket", str(socket_path(redis_dir)),
         "--unixsocketperm", "700",
         "--port", str(port),
         "--bind", "127.0.0.1",
         "--appendonly", "yes",
         "--appendfsync", "always",  # an acknowledged speed-layer write must survive a Redis crash
         "--save", "",
-        "--daemonize", "yes",
-        "--pidfile", str(redis_dir / "redis.pid"),
         "--logfile", str(redis_dir / "redis.log"),
     ]
-    try:
-        subprocess.run(args, check=True, capture_output=True, timeout=wait_seconds)
-    except (OSError, subprocess.SubprocessError) as e:
-        raise EmbeddedRedisError(f"cannot start the embedded Redis ({args[0]}): {e}; see {redis_dir / 'redis.log'}") from e
+    if daemonize:
+        argv += ["--daemonize", "yes", "--pidfile", str(redis_dir / "redis.pid")]
+    return argv
+
+
+def embedded_redis_url(redis_dir: Path) -> str:
+    return f"unix://{socket_path(redis_dir.resolve())}"
+
+
+def wait_for_redis(url: str, wait_seconds: float, logfile: Path) -> None:
     deadline = time.monotonic() + wait_seconds
     while time.monotonic() < deadline:
         if ping(url):
-            log.info("embedded Redis running at %s (data in %s)", url, redis_dir)
-            return url
+            return
         time.sleep(0.05)
-    raise EmbeddedRedisError(f"the embedded Redis did not answer at {url} within {wait_seconds}s; see {redis_dir / 'redis.log'}")
+    raise EmbeddedRedisError(f"the embedded Redis did not answer at {url} within {wait_seconds}s; see {logfile}")
+
+
+def ensure_embedded_redis(redis_dir: Path, *, port: int = 0, wait_seconds: float = 15.0) -> str:
+    """Start the embedded server for ``redis_dir`` unless it is already running; return its URL.
+
+    The server runs as a daemon (pid file in ``redis_dir``) so every platform command on this
+    data dir shares it; ``stop_embedded_redis`` ends it. (``lambda-platform up`` runs it as a
+    supervised child instead.) ``port`` > 0 also listens on TCP.
+    """
+    redis_dir = redis_dir.resolve()
+    url = embedded_redis_url(redis_dir)
+    if ping(url):
+        return url
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    argv = embedded_redis_argv(redis_dir, daemonize=True, port=port)
+    try:
+        subprocess.run(argv, check=True, capture_output=True, timeout=wait_seconds)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EmbeddedRedisError(f"cannot start the embedded Redis ({argv[0]}): {e}; see {redis_dir / 'redis.log'}") from e
+    wait_for_redis(url, wait_seconds, redis_dir / "redis.log")
+    log.info("embedded Redis running at %s (data in %s)", url, redis_dir)
+    return url
 
 
 def stop_embedded_redis(redis_dir: Path) -> bool:
     """Shut the embedded server down (flushing its AOF). Returns False if it was not running."""
-    url = f"unix://{socket_path(redis_dir.resolve())}"
+    url = embedded_redis_url(redis_dir)
     if not ping(url):
         return False
     client = redis.Redis.from_url(url)

@@ -147,7 +147,7 @@ class SpeedLayer:
             events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
             rows = self._apply(events, bases, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
-        self._mark_processed(bases, last, batch_id)
+        self._mark_processed(bases, last, batch_id, time.monotonic() - started)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
                  batch_id, last, rows, bases, time.monotonic() - started)
 
@@ -194,11 +194,12 @@ class SpeedLayer:
         )
         return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.partitions)
 
-    def _mark_processed(self, bases: list[int], last: int, batch_id: int) -> None:
+    def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float) -> None:
         pipe = self.client.pipeline(transaction=True)
         for base in bases:
             pipe.hset(self.keys.segment_meta(base), mapping={"processed": last, "updated_at": time.time()})
         pipe.hset(self.keys.speed, mapping={
             "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
+            "last_batch_seconds": round(seconds, 3),
         })
         pipe.execute()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import time
+
+from fastapi import APIRouter, Request
 
 from serving.deps import StoreDep
 from serving.errors import UnavailableError
 from serving.models import ERROR_RESPONSES, Health
 
 router = APIRouter(tags=["health"])
+
+#: A speed layer whose heartbeat is older than this (seconds) is reported down.
+SPEED_HEARTBEAT_FRESH = 10.0
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
@@ -17,10 +22,22 @@ async def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses=ERROR_RESPONSES, summary="Readiness: answers can be served")
-async def readyz(store: StoreDep) -> Health:
-    """200 when Redis answers and a batch generation is published; 503 with the reason otherwise."""
+async def readyz(request: Request, store: StoreDep) -> Health:
+    """200 when Redis answers and a batch generation is published (answers are exact as of
+    ``version``), 503 with the reason otherwise. The detail tells the speed layer's heartbeat,
+    processed version and lag; a stopped speed layer leaves answers exact, only older."""
     await store.ping()
     served = await store.generation()
     if served is None:
         raise UnavailableError("no batch generation is published yet: run `lambda-platform batch run`")
-    return Health(status="ready", detail=f"serving generation {served.generation}")
+    speed = await store.speed_status()
+    processed = int(speed["processed"]) if speed.get("processed") else None
+    fresh = await request.app.state.master_clock.freshness(processed, served.generation)
+    beat = time.time() - float(speed["heartbeat_at"]) if speed.get("heartbeat_at") else None
+    speed_state = "speed layer never ran" if beat is None else (
+        f"speed layer {'up' if beat < SPEED_HEARTBEAT_FRESH else 'DOWN'} (heartbeat {beat:.0f}s ago)")
+    return Health(
+        status="ready",
+        detail=f"serving generation {served.generation}, exact as of version {served.version}; {speed_state}; "
+               f"lag {fresh.lag_versions} versions, {fresh.lag_seconds or 0:.1f}s",
+    )
