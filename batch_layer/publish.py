@@ -107,18 +107,19 @@ def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
-    scores: dict[str, dict[str, float]] = {}
-    for i, (key, ws) in enumerate(zip(chunk[_KEY], chunk[_WS])):
-        window = int(ws) if ws else None
-        for measure in spec.scalars:
-            value = chunk[measure][i]
+    scores: dict[tuple[str, str | None], dict[str, float]] = {}
+    for measure in spec.scalars:
+        values = chunk[measure]
+        for key, ws, value in zip(chunk[_KEY], chunk[_WS], values):
             if value is not None:
-                scores.setdefault(keys.scores(spec.generation, spec.view, measure, window), {})[key] = value
-        for measure in spec.distinct:
-            if members := chunk[measure][i]:
-                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, window)), *members)
-    for name, mapping in scores.items():
-        pipe.zadd(name, mapping)
+                scores.setdefault((measure, ws), {})[key] = value
+    for (measure, ws), mapping in scores.items():
+        pipe.zadd(keys.scores(spec.generation, spec.view, measure, int(ws) if ws else None), mapping)
+    for measure in spec.distinct:
+        for key, ws, members in zip(chunk[_KEY], chunk[_WS], chunk[measure]):
+            if members:
+                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, int(ws) if ws else None)),
+                           *members)
 
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
@@ -182,7 +183,7 @@ def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
 def delete_prefix(client: redis.Redis, prefix: str) -> None:
     """Delete every key under ``prefix:`` (SCAN + UNLINK in batches; never blocks Redis for long)."""
     batch: list[bytes] = []
-    for key in client.scan_iter(match=f"{prefix}:*", count=2000):
+    for key in client.scan_iter(match=f"{prefix}:*", count=20_000):
         batch.append(key)
         if len(batch) >= 2000:
             client.unlink(*batch)
