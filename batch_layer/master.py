@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
-from batch_layer.storage import StorageEngine
+from batch_layer.storage import Appender, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
@@ -60,10 +60,22 @@ class MasterDataset:
         return version
 
     def append(self, events: pa.Table | pa.RecordBatchReader, **txn: object) -> int:
-        """Append already-validated events in one commit; returns the master version holding them."""
+        """Append already-validated events in one commit; returns the master version holding them.
+
+        ``txn``: the engine's ``append`` options (``app_id``/``app_version``, ``app_transactions``
+        for several application transactions in the one commit, ``metadata``).
+        """
         self.ensure()
         reader = events.to_reader() if isinstance(events, pa.Table) else events
         return self.engine.append(self.path, reader, **txn)  # type: ignore[arg-type]
+
+    def appender(self) -> Appender:
+        """A long-lived writer for streams of small commits (HTTP ingest); creates the table if needed.
+
+        Its ``append`` takes already-validated events (``self.schema``), like :meth:`append`.
+        """
+        self.ensure()
+        return self.engine.appender(self.path)
 
     def append_barrier(self, run_id: str) -> int:
         """Append a barrier row and return its version V: the version a batch run recomputes."""

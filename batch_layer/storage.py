@@ -8,13 +8,66 @@ touching them. Engines are registered by name in ``ENGINES``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from batch_layer.errors import StorageError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+class CommitConflictError(StorageError):
+    """A commit lost a race it cannot be retried through: another writer committed a conflicting
+    transaction first (e.g. the same application transaction id). Nothing of this commit landed;
+    refresh the table state and decide again."""
+
+
+@dataclass(frozen=True)
+class CommittedTransaction:
+    """Where an application transaction was committed, found again from the Delta log."""
+
+    app_id: str
+    #: The app version recorded with it (``DeltaTable.transaction_version``).
+    app_version: int
+    #: The table version of the commit holding it; None when its commit file is no longer in the
+    #: log (cleaned up after ``delta.logRetentionDuration``, 30 days by default).
+    version: int | None
+    #: That commit's ``commitInfo``, custom metadata included (empty when ``version`` is None).
+    commit_info: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Appender(Protocol):
+    """A long-lived writer for one table that keeps the table's state between commits.
+
+    For a stream of small commits (HTTP ingest): the log is not reloaded for every commit, only
+    the commits other writers made since are read. Not thread-safe: one caller at a time.
+    """
+
+    def version(self) -> int:
+        """The table version this appender's state is at (after its own last commit: that commit)."""
+
+    def refresh(self) -> None:
+        """Read the commits other writers made since (call after a CommitConflictError)."""
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The app version recorded for ``app_id`` as of ``version()``, or None."""
+
+    def append(self, data: pa.Table | pa.RecordBatchReader, *, app_transactions: Sequence[tuple[str, int]] = (),
+               metadata: Mapping[str, str] | None = None) -> int:
+        """Append ``data`` in one commit recording every (app_id, app_version); returns its version.
+
+        Raises CommitConflictError when a concurrent commit recorded one of the same app ids.
+        """
+
+    def find_transaction(self, app_id: str, *, from_version: int | None = None) -> CommittedTransaction | None:
+        """The commit that recorded ``app_id`` (None if none did), found by reading commit files
+        from ``from_version`` on; by default from the recorded app version, for writers that
+        record a lower bound of the commit's version as app version (as HTTP ingest does).
+        """
 
 
 class StorageEngine(Protocol):
@@ -27,12 +80,18 @@ class StorageEngine(Protocol):
         """The newest committed version, or None when there is no table at ``path``."""
 
     def append(self, path: Path, data: pa.RecordBatchReader, *, app_id: str | None = None,
-               app_version: int | None = None, metadata: Mapping[str, str] | None = None) -> int:
+               app_version: int | None = None, metadata: Mapping[str, str] | None = None,
+               app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         """Append ``data`` in one commit and return its version.
 
         With ``app_id``/``app_version`` the commit records an application transaction, so a retry
         of the same (app_id, app_version) can be detected with ``transaction_version``.
+        ``app_transactions`` records several more (app_id, app_version) pairs in the same commit
+        (group commit of several requests, each with its own id).
         """
+
+    def appender(self, path: Path) -> Appender:
+        """A long-lived writer for the existing table at ``path`` (see :class:`Appender`)."""
 
     def transaction_version(self, path: Path, app_id: str) -> int | None:
         """The last application-transaction version committed for ``app_id``, or None."""

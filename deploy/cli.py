@@ -136,7 +136,7 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.recompute import run_batch
+    from deploy.scheduler import run_now
     from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
 
@@ -145,15 +145,18 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
     with console.status(f"starting Spark ({settings.spark_master})"):
         spark = build_spark(settings, f"lambda-batch-{pipeline.name}")
     with console.status("recomputing (barrier, snapshot, views, gold, Redis, flip)"):
-        result = run_batch(spark, settings, pipeline, redis_url=redis_url)
-    table = Table(title=f"batch run {result.run_id}: {pipeline.name} at master version {result.generation}")
+        run = run_now(spark, settings, pipeline, redis_url=redis_url)
+    if run.status != "succeeded":
+        console.print(f"[red]batch run {run.id} {run.status}[/]: {escape(run.error or run.skip_reason or '')}")
+        return EXIT_FAILED
+    table = Table(title=f"batch run {run.id}: {pipeline.name} at master version {run.generation}")
     table.add_column("view")
     table.add_column("rows", justify="right")
-    for name, rows in result.view_rows.items():
+    for name, rows in run.rows.items():
         table.add_row(name, f"{rows:,}")
     out.print(table)
-    state = "now served" if result.flipped else "not served (a newer generation already is)"
-    out.print(f"{result.events:,} events recomputed in {result.seconds:.1f}s; generation {result.generation} {state}")
+    state = "now served" if run.flipped else "not served (a newer generation already is)"
+    out.print(f"{run.events or 0:,} events recomputed in {run.duration or 0:.1f}s; generation {run.generation} {state}")
     return EXIT_OK
 
 
@@ -188,10 +191,11 @@ def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from deploy.scheduler import run_scheduler
+    from deploy.scheduler import parse_schedule, run_scheduler
     from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
 
+    parse_schedule(settings.batch_schedule)  # a bad schedule stops here, before Spark starts
     pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
     spark = build_spark(settings, f"lambda-scheduler-{pipeline.name}")

@@ -71,6 +71,14 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}, got {value!r}")
         return value
 
+    @field_validator("batch_schedule")
+    @classmethod
+    def _check_schedule(cls, value: str | None) -> str | None:
+        from deploy.scheduler import check_schedule
+
+        check_schedule(value or None)
+        return value or None
+
     @field_validator("spark_master")
     @classmethod
     def _check_spark_master(cls, value: str) -> str:

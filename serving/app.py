@@ -7,9 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse
 
+from batch_layer.runs import RunRegistry
+from serving.auth import require
 from serving.errors import ServingError
 from serving.freshness import MasterClock
 from serving.metrics import install_metrics
@@ -33,8 +36,8 @@ correctly it says so: 503 with the reason.
 """
 
 
-def _error(status: int, exc: Exception) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": type(exc).__name__, "detail": str(exc)})
+def _error(status: int, exc: Exception, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": type(exc).__name__, "detail": str(exc)}, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -45,6 +48,13 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status >= 500:
             log.warning("answering %d: %s", exc.status, exc)
         return _error(exc.status, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Auth refusals and unknown routes answer in the same shape as every other error.
+        name = {401: "Unauthorized", 403: "Forbidden", 404: "NotFoundError"}.get(exc.status_code, "HTTPError")
+        return JSONResponse(status_code=exc.status_code, content={"error": name, "detail": str(exc.detail)},
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(UnknownNameError)
     async def _unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
@@ -62,10 +72,12 @@ def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.store = ServingStore(redis_url, pipeline.name)
+        app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
         try:
             yield
         finally:
             await app.state.store.close()
+            app.state.batch_runs.close()
 
     app = FastAPI(
         title=f"Lambda platform: {pipeline.name}",
@@ -78,8 +90,8 @@ def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
     app.state.master_clock = MasterClock(settings.master_path)
     install_error_handlers(app)
     install_metrics(app)
-    app.include_router(views.router)
-    app.include_router(events.router)
-    app.include_router(batch.router)
+    app.include_router(views.router, dependencies=[Depends(require("read"))])
+    app.include_router(events.router, dependencies=[Depends(require("ingest"))])
+    app.include_router(batch.router, dependencies=[Depends(require("admin"))])
     app.include_router(health.router)
     return app

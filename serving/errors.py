@@ -25,3 +25,37 @@ class UnavailableError(ServingError):
     """The platform cannot answer correctly right now (Redis unreachable, nothing published)."""
 
     status = 503
+
+
+class ConflictError(ServingError):
+    """The request conflicts with what is in progress (a batch run is already queued or running)."""
+
+    status = 409
+
+
+class BadRequestError(ServingError):
+    """The request cannot be read: malformed JSON, a malformed header (the message says where)."""
+
+    status = 400
+
+
+class PayloadTooLargeError(ServingError):
+    """The request body is larger than the server accepts (``LAMBDA_MAX_BODY_BYTES``)."""
+
+    status = 413
+
+
+class UnsupportedMediaTypeError(ServingError):
+    """The request body's Content-Type is not one the route reads (the message lists those)."""
+
+    status = 415
+
+
+class UnprocessableError(ServingError):
+    """The request is well-formed but cannot be processed as sent (the message says why)."""
+
+    status = 422
+
+
+class IdempotencyKeyReusedError(UnprocessableError):
+    """An Idempotency-Key already used with a different request body: use a new key for new events."""

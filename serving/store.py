@@ -155,6 +155,11 @@ class ServingStore:
         self._read = self._client.register_script(_READ)
         self._top = self._client.register_script(_TOP)
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The underlying async client (for metrics collectors; reads go through the methods)."""
+        return self._client
+
     async def close(self) -> None:
         await self._client.aclose()
 

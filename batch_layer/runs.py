@@ -1,0 +1,519 @@
+"""The batch-run registry (in Redis) and the single-flight lock (a file lock under the data dir).
+
+A *batch run* is one recompute asked for by the schedule, over HTTP or from the command line.
+Its record is a Redis hash, written as the run progresses: queued -> running -> succeeded,
+failed or skipped. Redis layout for pipeline ``p`` (beside ``serving.keys``)::
+
+    lp:p:batch:run:{id}          hash: the run's record (``BatchRun``'s fields; times in epoch seconds,
+                                 ``rows`` as JSON, ``duration_seconds`` once it ended)
+    lp:p:batch:runs              sorted set: run id, scored by the time it was asked for (newest last)
+    lp:p:batch:queue             list: ids of runs asked for over HTTP, waiting for a scheduler
+    lp:p:batch:active            id of the run queued or running (at most one: single flight)
+    lp:p:batch:lease             id of the running run; expires unless its scheduler renews it
+    lp:p:batch:schedulers        sorted set of scheduler owners; each one's details under
+    lp:p:batch:scheduler:{owner} hash, expiring unless the scheduler keeps announcing itself
+
+Single flight has two locks with two jobs:
+
+* ``RunLock``, an ``flock`` on ``DATA_DIR/locks/batch-{pipeline}.lock``, is the *execution*
+  mutex. Every process that recomputes a data dir holds it for the whole run. The kernel
+  releases it the instant the process dies (kill -9 included), and it can never expire under a
+  run that is merely slow (a long GC pause, a stopped process), which a lease can. It only covers
+  processes that share the data dir's file system, which is what recomputing it needs anyway.
+* The lease (``lp:p:batch:lease``, ``SET NX PX``, renewed by a heartbeat) is the *visible*
+  state: the API process, which holds no file lock and may run on another host, admits a new
+  run only when none is queued or running, and a run whose lease is gone while its record still
+  says 'running' was left by a dead scheduler: every read settles it as failed ('interrupted').
+  A scheduler claims a run only when it holds the file lock and the lease is free, so schedulers
+  on different hosts that share Redis do not overlap either (as long as the lease is renewed).
+
+Every state change is one Lua call, so ten concurrent requests admit exactly one run.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from batch_layer.errors import BatchLayerError
+from serving.keys import Keys
+
+RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped"]
+RunTrigger = Literal["api", "schedule", "cli"]
+ACTIVE_STATUSES = ("queued", "running")
+#: Runs kept in the registry; older ones are dropped as new ones arrive (the active one never is).
+KEEP_RUNS = 1000
+#: Error of a run whose scheduler died (or lost Redis for longer than its lease) before it finished.
+INTERRUPTED = "interrupted"
+
+
+class RunConflictError(BatchLayerError):
+    """A batch run is already queued or running; ``active`` is its record."""
+
+    def __init__(self, active: BatchRun) -> None:
+        self.active = active
+        since = active.started_at if active.status == "running" else active.requested_at
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since)) if since else "just now"
+        super().__init__(
+            f"batch run {active.id} is already {active.status} (since {when}); one run at a time: "
+            f"follow it at /v1/batch/runs/{active.id}, then ask again"
+        )
+
+
+class RunInProgressError(BatchLayerError):
+    """Another process is recomputing this data dir (the single-flight lock is held)."""
+
+
+def owner_id() -> str:
+    """A name for this process and instance: host:pid:random."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One batch run's record, as stored in Redis (times are epoch seconds)."""
+
+    id: str
+    status: RunStatus
+    trigger: RunTrigger
+    requested_at: float
+    force: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+    heartbeat_at: float | None = None
+    owner: str | None = None
+    master_version: int | None = None
+    served_before: int | None = None
+    generation: int | None = None
+    flipped: bool | None = None
+    events: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+    recompute_id: str | None = None
+    skip_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.finished_at if self.finished_at is not None else (time.time() if self.status == "running" else None)
+        return None if end is None else max(0.0, end - self.started_at)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @classmethod
+    def from_hash(cls, values: Mapping[str, str]) -> BatchRun:
+        def num(name: str, kind: type = float):  # noqa: ANN202
+            value = values.get(name)
+            return None if value in (None, "") else kind(value)
+
+        flipped = values.get("flipped")
+        return cls(
+            id=values["id"],
+            status=values["status"],  # type: ignore[arg-type]
+            trigger=values.get("trigger", "api"),  # type: ignore[arg-type]
+            requested_at=float(values.get("requested_at") or 0.0),
+            force=values.get("force") == "1",
+            started_at=num("started_at"),
+            finished_at=num("finished_at"),
+            heartbeat_at=num("heartbeat_at"),
+            owner=values.get("owner") or None,
+            master_version=num("master_version", int),
+            served_before=num("served_before", int),
+            generation=num("generation", int),
+            flipped=None if flipped in (None, "") else flipped == "1",
+            events=num("events", int),
+            rows=json.loads(values["rows"]) if values.get("rows") else {},
+            recompute_id=values.get("recompute_id") or None,
+            skip_reason=values.get("skip_reason") or None,
+            error=values.get("error") or None,
+        )
+
+
+@dataclass(frozen=True)
+class SchedulerInfo:
+    """A scheduler process that announced itself recently."""
+
+    owner: str
+    schedule: str | None
+    started_at: float
+    seen_at: float
+    next_run_at: float | None
+
+
+# --- Lua ------------------------------------------------------------------------------------------
+# Every script takes the registry prefix (lp:p:batch) and the caller's clock as ARGV[1], ARGV[2].
+
+_COMMON = """
+local P, now = ARGV[1], ARGV[2]
+local function run_key(id) return P .. ':run:' .. id end
+-- A 'running' run whose lease is not its own was left by a dead scheduler: record it as failed.
+local function settle(id)
+  local run = run_key(id)
+  local status = redis.call('HGET', run, 'status')
+  if status == 'running' and redis.call('GET', P .. ':lease') ~= id then
+    local last = redis.call('HGET', run, 'heartbeat_at') or redis.call('HGET', run, 'started_at') or now
+    local started = tonumber(redis.call('HGET', run, 'started_at') or last)
+    redis.call('HSET', run, 'status', 'failed', 'finished_at', last, 'duration_seconds', tonumber(last) - started,
+               'error', '%(interrupted)s')
+    return 'failed'
+  end
+  return status
+end
+-- The active run (queued or running), or false.
+local function active()
+  local id = redis.call('GET', P .. ':active')
+  if not id then return false end
+  local status = settle(id)
+  if status == 'queued' or status == 'running' then return id end
+  redis.call('DEL', P .. ':active')
+  return false
+end
+local function trim(keep)
+  local n = redis.call('ZCARD', P .. ':runs')
+  if n <= keep then return end
+  local current = redis.call('GET', P .. ':active')
+  for _, id in ipairs(redis.call('ZRANGE', P .. ':runs', 0, n - keep - 1)) do
+    if id ~= current then
+      redis.call('ZREM', P .. ':runs', id)
+      redis.call('DEL', run_key(id))
+    end
+  end
+end
+local function create(id, status, trigger, force, keep)
+  redis.call('HSET', run_key(id), 'id', id, 'status', status, 'trigger', trigger, 'force', force, 'requested_at', now)
+  redis.call('ZADD', P .. ':runs', now, id)
+  redis.call('SET', P .. ':active', id)
+  trim(keep)
+end
+""".replace("%(interrupted)s", INTERRUPTED + ": the scheduler running it stopped (its lease expired) before it "
+                                          "recorded an outcome; the served generation shows what is served")
+
+# ARGV: P, now, id, trigger, force, keep -> {1, id} admitted, or {0, active id}
+_ENQUEUE = _COMMON + """
+local current = active()
+if current then return {0, current} end
+local id = ARGV[3]
+create(id, 'queued', ARGV[4], ARGV[5], tonumber(ARGV[6]))
+redis.call('RPUSH', P .. ':queue', id)
+return {1, id}
+"""
+
+# ARGV: P, now, owner, lease ms, mode ('queued' | 'new'), new id, trigger, force, keep
+# -> {1, id} claimed (running, lease held), {0, id or false} busy / nothing queued
+_CLAIM = _COMMON + """
+local owner, lease_ms, mode = ARGV[3], ARGV[4], ARGV[5]
+local holder = redis.call('GET', P .. ':lease')
+if holder then return {0, holder} end
+local current = active()
+local id
+if mode == 'queued' then
+  while true do
+    id = redis.call('LPOP', P .. ':queue')
+    if not id then return {0, current} end
+    if redis.call('HGET', run_key(id), 'status') == 'queued' then break end
+  end
+else
+  if current then return {0, current} end
+  id = ARGV[6]
+  create(id, 'queued', ARGV[7], ARGV[8], tonumber(ARGV[9]))
+end
+redis.call('SET', P .. ':active', id)
+redis.call('SET', P .. ':lease', id, 'PX', lease_ms)
+redis.call('HSET', run_key(id), 'status', 'running', 'started_at', now, 'heartbeat_at', now, 'owner', owner)
+return {1, id}
+"""
+
+# ARGV: P, now, id, lease ms -> 1 renewed, 0 lease lost
+_RENEW = _COMMON + """
+local id = ARGV[3]
+if redis.call('GET', P .. ':lease') ~= id then return 0 end
+redis.call('PEXPIRE', P .. ':lease', ARGV[4])
+redis.call('HSET', run_key(id), 'heartbeat_at', now)
+return 1
+"""
+
+# ARGV: P, now, id, field, value, ... -> 1
+_UPDATE = _COMMON + """
+local id = ARGV[3]
+if #ARGV > 3 and redis.call('EXISTS', run_key(id)) == 1 then redis.call('HSET', run_key(id), unpack(ARGV, 4)) end
+return 1
+"""
+
+# ARGV: P, now, id, field, value, ... (the outcome) -> 1
+_FINISH = _COMMON + """
+local id = ARGV[3]
+if redis.call('EXISTS', run_key(id)) == 1 then
+  redis.call('HSET', run_key(id), 'finished_at', now, unpack(ARGV, 4))
+  local started = redis.call('HGET', run_key(id), 'started_at')
+  if started then redis.call('HSET', run_key(id), 'duration_seconds', tonumber(now) - tonumber(started)) end
+end
+if redis.call('GET', P .. ':lease') == id then redis.call('DEL', P .. ':lease') end
+if redis.call('GET', P .. ':active') == id then redis.call('DEL', P .. ':active') end
+return 1
+"""
+
+# ARGV: P, now, id... -> one flat HGETALL per id (settled first; {} when unknown)
+_READ = _COMMON + """
+local out = {}
+for i = 3, #ARGV do
+  settle(ARGV[i])
+  out[#out + 1] = redis.call('HGETALL', run_key(ARGV[i]))
+end
+return out
+"""
+
+# ARGV: P, now, offset, limit -> {active id or '', {flat HGETALL}...} newest first
+_LIST = _COMMON + """
+local current = active() or ''
+local out = {current}
+local limit = tonumber(ARGV[4])
+if limit < 1 then return out end
+for _, id in ipairs(redis.call('ZREVRANGE', P .. ':runs', tonumber(ARGV[3]), tonumber(ARGV[3]) + limit - 1)) do
+  settle(id)
+  out[#out + 1] = redis.call('HGETALL', run_key(id))
+end
+return out
+"""
+
+
+def registry_client(url: str, *, fail_fast: bool = False) -> redis.Redis:
+    """A decoding Redis client: ``fail_fast`` for request handlers (answer 503 quickly), else patient."""
+    if fail_fast:
+        retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2)
+        return redis.Redis.from_url(
+            url, decode_responses=True, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
+            socket_connect_timeout=1.0, socket_timeout=2.0,
+        )
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=6)
+    return redis.Redis.from_url(
+        url, decode_responses=True, retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        health_check_interval=30,
+    )
+
+
+def _flat(values: list[str]) -> dict[str, str]:
+    return dict(zip(values[::2], values[1::2]))
+
+
+def _fields(values: Mapping[str, object]) -> list[object]:
+    args: list[object] = []
+    for name, value in values.items():
+        if value is None:
+            value = ""
+        elif isinstance(value, bool):
+            value = "1" if value else "0"
+        elif isinstance(value, dict):
+            value = json.dumps(value, sort_keys=True)
+        args += [name, value]
+    return args
+
+
+class RunRegistry:
+    """One pipeline's batch runs in Redis: admit, claim, heartbeat, finish, read.
+
+    Thread-safe (redis-py clients are). Times are this process's clock, in epoch seconds; no
+    decision depends on comparing clocks of two hosts (dead schedulers are found by lease expiry).
+    """
+
+    def __init__(self, client: redis.Redis, pipeline: str, *, keep: int = KEEP_RUNS) -> None:
+        self.client, self.pipeline, self.keep = client, pipeline, keep
+        self.prefix = f"{Keys(pipeline).prefix}:batch"
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in (("enqueue", _ENQUEUE), ("claim", _CLAIM), ("renew", _RENEW), ("update", _UPDATE),
+                                 ("finish", _FINISH), ("read", _READ), ("list", _LIST))
+        }
+
+    @classmethod
+    def from_url(cls, url: str, pipeline: str, *, fail_fast: bool = False, keep: int = KEEP_RUNS) -> RunRegistry:
+        return cls(registry_client(url, fail_fast=fail_fast), pipeline, keep=keep)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # key names
+    def run_key(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}"
+
+    @property
+    def queue_key(self) -> str:
+        return f"{self.prefix}:queue"
+
+    @property
+    def lease_key(self) -> str:
+        return f"{self.prefix}:lease"
+
+    @property
+    def active_key(self) -> str:
+        return f"{self.prefix}:active"
+
+    def _call(self, name: str, *args: object) -> object:
+        return self._scripts[name](args=[self.prefix, repr(time.time()), *args])
+
+    # --- the API side ---------------------------------------------------------------------------
+    def enqueue(self, *, trigger: RunTrigger = "api", force: bool = False) -> BatchRun:
+        """Queue a run for a scheduler to pick up; RunConflictError if one is queued or running."""
+        admitted, run_id = self._call("enqueue", new_run_id(), trigger, "1" if force else "0", self.keep)
+        record = self.get(run_id)
+        if not admitted:
+            if record is None:  # finished and trimmed between the two calls: vanishingly rare
+                return self.enqueue(trigger=trigger, force=force)
+            raise RunConflictError(record)
+        assert record is not None
+        return record
+
+    def get(self, run_id: str) -> BatchRun | None:
+        (values,) = self._call("read", run_id)
+        return BatchRun.from_hash(_flat(values)) if values else None
+
+    def recent(self, limit: int = 20, offset: int = 0) -> tuple[str | None, list[BatchRun]]:
+        """(id of the active run or None, runs newest first)."""
+        reply = self._call("list", offset, limit)
+        current, *rows = reply  # type: ignore[misc]
+        return current or None, [BatchRun.from_hash(_flat(values)) for values in rows if values]
+
+    def active(self) -> BatchRun | None:
+        current, _ = self.recent(limit=0)
+        return self.get(current) if current else None
+
+    def queued(self) -> int:
+        return int(self.client.llen(self.queue_key))
+
+    # --- the scheduler side ---------------------------------------------------------------------
+    def claim(self, owner: str, *, lease_seconds: float, queued: bool, trigger: RunTrigger = "schedule",
+              force: bool = False) -> tuple[BatchRun | None, str | None]:
+        """Start a run: the oldest queued one (``queued``) or a new one (``trigger``, ``force``).
+
+        Returns (the run, now 'running' with the lease held, None), or (None, id of the run in the
+        way, or None when nothing is queued). The caller must hold the ``RunLock``.
+        """
+        claimed, run_id = self._call(
+            "claim", owner, int(lease_seconds * 1000), "queued" if queued else "new", new_run_id(), trigger,
+            "1" if force else "0", self.keep,
+        )
+        if not claimed:
+            return None, run_id or None
+        return self.get(run_id), None
+
+    def renew(self, run_id: str, *, lease_seconds: float) -> bool:
+        """Extend the running run's lease; False if it was lost (expired, or taken over)."""
+        return bool(self._call("renew", run_id, int(lease_seconds * 1000)))
+
+    def update(self, run_id: str, **values: object) -> None:
+        self._call("update", run_id, *_fields(values))
+
+    def finish(self, run_id: str, status: RunStatus, **values: object) -> BatchRun | None:
+        """Record the outcome and free the single-flight slot (lease and active) if this run holds it."""
+        self._call("finish", run_id, *_fields({"status": status, **values}))
+        return self.get(run_id)
+
+    # --- scheduler presence ---------------------------------------------------------------------
+    def announce(self, owner: str, *, schedule: str | None, started_at: float, next_run_at: float | None,
+                 ttl_seconds: float = 10.0) -> None:
+        """Say that scheduler ``owner`` is alive (for ``ttl_seconds``), with its schedule."""
+        key = f"{self.prefix}:scheduler:{owner}"
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(key, mapping={
+            "owner": owner, "schedule": schedule or "", "started_at": started_at, "seen_at": time.time(),
+            "next_run_at": "" if next_run_at is None else next_run_at,
+        })
+        pipe.pexpire(key, int(ttl_seconds * 1000))
+        pipe.zadd(f"{self.prefix}:schedulers", {owner: started_at})
+        pipe.execute()
+
+    def retire(self, owner: str) -> None:
+        """Scheduler ``owner`` stopped."""
+        self.client.delete(f"{self.prefix}:scheduler:{owner}")
+        self.client.zrem(f"{self.prefix}:schedulers", owner)
+
+    def schedulers(self) -> list[SchedulerInfo]:
+        """Schedulers alive now (their announcement has not expired), oldest first."""
+        alive: list[SchedulerInfo] = []
+        for owner in self.client.zrange(f"{self.prefix}:schedulers", 0, -1):
+            values = self.client.hgetall(f"{self.prefix}:scheduler:{owner}")
+            if not values:
+                self.client.zrem(f"{self.prefix}:schedulers", owner)
+                continue
+            alive.append(SchedulerInfo(
+                owner=owner, schedule=values.get("schedule") or None, started_at=float(values["started_at"]),
+                seen_at=float(values["seen_at"]),
+                next_run_at=float(values["next_run_at"]) if values.get("next_run_at") else None,
+            ))
+        return alive
+
+
+class RunLock:
+    """The single-flight execution lock: ``flock`` on a file under ``DATA_DIR/locks``.
+
+    The lock belongs to an open file description, so two holders in one process (threads) exclude
+    each other too, and the kernel drops it when the process dies. The descriptor is not inherited
+    by child processes (the JVM), so it never outlives this process. Non-blocking: ``acquire``
+    answers at once.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @classmethod
+    def for_pipeline(cls, data_dir: Path, pipeline_slug: str) -> RunLock:
+        return cls(data_dir.resolve() / "locks" / f"batch-{pipeline_slug}.lock")
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, owner: str = "") -> bool:
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path} is already held by this RunLock")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{owner or os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> str | None:
+        """Who wrote the lock file last (diagnostics only; may name a process that is gone)."""
+        try:
+            return self.path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)

@@ -1,0 +1,303 @@
+"""The batch scheduler against real parts: Spark (the session's), Redis, Delta tables.
+
+* An interval schedule runs a recompute when the master dataset changed, and records a skip on
+  the next tick when it did not; the run's generation is its barrier's master version (a barrier
+  row at that version, read with ``deltalake``) and is what Redis serves.
+* Two schedulers on one data dir (two threads, two file-lock handles) never run at once: the run
+  records' [start, end] intervals never overlap.
+* A scheduler process killed with SIGKILL mid-run frees the file lock at once; its run reads as
+  failed ('interrupted') once its lease expires, and a new run is admitted.
+* A run that fails is recorded as failed with the error.
+* ``run_now`` (for ``lambda-platform batch run``) is recorded and refuses while another process
+  holds the lock or a run is queued.
+* Schedules: intervals and cron expressions (UTC), and clear messages for bad ones.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import redis
+from deltalake import DeltaTable
+
+from batch_layer.master import MasterDataset
+from batch_layer.runs import BatchRun, RunConflictError, RunInProgressError, RunLock, RunRegistry
+from batch_layer.storage import get_engine
+from deploy.errors import ConfigError
+from deploy.scheduler import parse_schedule, run_now, run_scheduler
+from deploy.settings import Settings
+from shared_logic.registry import load_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = ("succeeded", "failed", "skipped")
+
+
+def ingest(settings: Settings, texts: list[str]) -> int:
+    """Append wordcount events in one commit; returns its master version."""
+    pipeline = load_pipeline(settings.pipeline)
+    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
+
+
+def registry(settings: Settings) -> RunRegistry:
+    return RunRegistry.from_url(settings.redis_url, load_pipeline(settings.pipeline).name)
+
+
+def served_generation(settings: Settings) -> int | None:
+    value = redis.Redis.from_url(settings.redis_url).get(f"lp:{settings.pipeline}:current")
+    return None if value is None else int(value)
+
+
+def barrier_kinds(settings: Settings, version: int) -> list[str]:
+    """The ``_kind`` of every row the master dataset's commit ``version`` added."""
+    cdf = DeltaTable(str(settings.master_path)).load_cdf(starting_version=version, ending_version=version)
+    return pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist()
+
+
+@contextmanager
+def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler") -> Iterator[threading.Event]:
+    """``run_scheduler`` in a thread of this process (the session's SparkSession); stopped on exit."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_scheduler(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
+        except BaseException as e:  # noqa: BLE001 - surfaced below
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(180)
+        assert not thread.is_alive(), f"{name} did not stop"
+    if errors:
+        raise errors[0]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 180, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
+    return [r for r in runs.recent(limit=100)[1] if r.status == status]
+
+
+# --- interval schedule: run when changed, skip when not ---------------------------------------------
+
+def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spark, make_settings) -> None:  # noqa: ANN001
+    settings = make_settings(batch_schedule="1s")
+    texts = ["the cat sat", "the dog", "a cat"]
+    version = ingest(settings, texts)
+    runs = registry(settings)
+
+    with scheduler_thread(spark, settings):
+        done = wait_for(lambda: runs_with(runs, "succeeded"), what="a scheduled run to succeed")
+        assert [(s.schedule, s.next_run_at is not None) for s in runs.schedulers()] == [("1s", True)]
+        skipped = wait_for(lambda: runs_with(runs, "skipped"), timeout=30, what="the next tick to be skipped")
+
+    [run] = done
+    assert run.trigger == "schedule" and not run.force
+    assert run.master_version == version, "the run saw the ingest as the latest master version"
+    assert run.generation == version + 1, "the generation is the barrier appended after the ingest"
+    assert barrier_kinds(settings, run.generation) == ["barrier"]
+    assert served_generation(settings) == run.generation and run.flipped is True
+    assert run.events == len(texts)
+    assert run.rows["word_counts"] == len({w for t in texts for w in t.split()})
+    assert run.started_at is not None and run.finished_at is not None and run.duration and run.duration > 0
+    assert run.error is None and run.recompute_id
+
+    skip = skipped[-1]  # the first skip after the run
+    assert skip.started_at >= run.finished_at
+    assert skip.generation == run.generation and skip.master_version == run.generation
+    assert "not changed since generation" in skip.skip_reason
+    # Only the one run appended a barrier: a skip never touches the master dataset.
+    assert DeltaTable(str(settings.master_path)).version() == run.generation
+    assert runs.active() is None, "nothing queued or running after the scheduler stopped"
+
+
+# --- single flight between two schedulers -----------------------------------------------------------
+
+def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) -> None:  # noqa: ANN001
+    settings = make_settings(batch_schedule="1s")
+    ingest(settings, ["one two", "two three"])
+    runs = registry(settings)
+
+    with scheduler_thread(spark, settings, "scheduler-a"), scheduler_thread(spark, settings, "scheduler-b"):
+        wait_for(lambda: len(runs_with(runs, "succeeded")) == 1, what="the first run")
+        second = ingest(settings, ["three four"])
+        wait_for(lambda: len(runs_with(runs, "succeeded")) == 2, what="a run over the second ingest")
+        time.sleep(1.5)  # a few more ticks from both schedulers, all skipped
+
+    _, recent = runs.recent(limit=500)
+    ran = sorted((r for r in recent if r.started_at is not None), key=lambda r: r.started_at)
+    assert all(r.status in TERMINAL for r in ran), [r.status for r in ran]
+    for before, after in zip(ran, ran[1:]):
+        assert before.finished_at <= after.started_at, f"runs {before.id} and {after.id} overlap"
+    succeeded = [r for r in ran if r.status == "succeeded"]
+    assert [r.master_version for r in succeeded][1] == second
+    assert succeeded[0].generation < succeeded[1].generation == served_generation(settings)
+    assert len({r.owner for r in ran}) >= 1 and all(r.status == "skipped" for r in ran if r not in succeeded)
+    assert len(runs.schedulers()) == 0, "both schedulers retired on stop"
+
+
+# --- a killed scheduler: lock freed by the OS, run read as interrupted -------------------------------
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from batch_layer.runs import RunLock, RunRegistry
+lock = RunLock(Path(sys.argv[1]))
+assert lock.acquire("child")
+registry = RunRegistry.from_url(sys.argv[2], "wordcount")
+run, _ = registry.claim("child", lease_seconds=float(sys.argv[3]), queued=True)
+registry.renew(run.id, lease_seconds=float(sys.argv[3]))
+print(run.id, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # a subprocess killed with SIGKILL
+def test_killed_scheduler_frees_the_lock_and_its_run_reads_as_interrupted(make_settings) -> None:  # noqa: ANN001
+    settings = make_settings()
+    runs = registry(settings)
+    queued = runs.enqueue(trigger="api")
+    lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(lock.path), settings.redis_url, "1.0"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == queued.id
+        running = runs.get(queued.id)
+        assert running.status == "running" and running.started_at is not None
+        assert not lock.acquire("test"), "the child holds the file lock"
+        with pytest.raises(RunConflictError, match=f"{queued.id} is already running"):
+            runs.enqueue()
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+
+    assert lock.acquire("test"), "the kernel released the dead process's flock at once"
+    lock.release()
+    interrupted = wait_for(lambda: (r := runs.get(queued.id)).status != "running" and r, timeout=10,
+                           what="the lease to expire")
+    assert interrupted.status == "failed" and interrupted.error.startswith("interrupted:")
+    assert interrupted.finished_at == interrupted.heartbeat_at, "ended at its last sign of life"
+    again = runs.enqueue()
+    assert again.status == "queued" and again.id != queued.id
+
+
+# --- a failing run is recorded ------------------------------------------------------------------------
+
+def test_a_failing_run_is_recorded_as_failed_with_its_error(spark, make_settings) -> None:  # noqa: ANN001
+    settings = make_settings()
+    log = settings.master_path / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("this is not a Delta log\n")
+    runs = registry(settings)
+    queued = runs.enqueue(force=True)
+    with scheduler_thread(spark, settings):
+        run = wait_for(lambda: (r := runs.get(queued.id)).status in TERMINAL and r, timeout=60, what="the run to end")
+    assert run.status == "failed" and run.finished_at is not None
+    assert run.error.split(":")[0].isidentifier(), f"the error names its class: {run.error}"
+    assert runs.active() is None, "a failed run frees the single-flight slot"
+    assert runs.enqueue().status == "queued"
+
+
+# --- run_now (the command line's batch run) ------------------------------------------------------------
+
+def test_run_now_is_recorded_and_single_flight(spark, make_settings) -> None:  # noqa: ANN001
+    settings = make_settings()
+    pipeline = load_pipeline(settings.pipeline)
+    lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
+    assert lock.acquire("another process")
+    try:
+        with pytest.raises(RunInProgressError, match="another process is recomputing"):
+            run_now(spark, settings, pipeline, redis_url=settings.redis_url)
+    finally:
+        lock.release()
+    runs = registry(settings)
+    queued = runs.enqueue()
+    with pytest.raises(RunInProgressError, match=f"batch run {queued.id} is queued or running"):
+        run_now(spark, settings, pipeline, redis_url=settings.redis_url)
+    runs.client.delete(runs.active_key, runs.queue_key)
+    # No master dataset yet: nothing to recompute, recorded as a skip (no Spark job runs).
+    run = run_now(spark, settings, pipeline, redis_url=settings.redis_url)
+    assert run.status == "skipped" and run.trigger == "cli" and run.force
+    assert "ingest events first" in run.skip_reason
+    assert runs.recent()[1][0].id == run.id
+
+
+# --- schedules ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1s", 1), ("300s", 300), ("15m", 900), ("1h", 3600), ("1h30m", 5400), ("2d", 172800), (" 10M ", 600),
+])
+def test_interval_schedules(text: str, seconds: int) -> None:
+    schedule = parse_schedule(text)
+    assert schedule.interval == seconds and schedule.cron is None
+    assert schedule.first_due(1000.0) == 1000.0, "an interval schedule ticks at start"
+    assert schedule.next_due(1000.0, 1000.5) == 1000.0 + seconds
+    # A run that overran three intervals: the missed ticks are dropped, the grid is kept.
+    assert schedule.next_due(1000.0, 1000.0 + 3.5 * seconds) == 1000.0 + 4 * seconds
+
+
+def test_cron_schedules_are_utc() -> None:
+    schedule = parse_schedule("*/15 * * * *")
+    assert schedule.cron == "*/15 * * * *" and schedule.interval is None
+    at = datetime(2024, 3, 1, 9, 7, 30, tzinfo=timezone.utc).timestamp()
+    assert schedule.first_due(at) == datetime(2024, 3, 1, 9, 15, tzinfo=timezone.utc).timestamp()
+    assert schedule.next_due(schedule.first_due(at), at + 3600) == datetime(2024, 3, 1, 10, 15, tzinfo=timezone.utc).timestamp()
+    assert parse_schedule("@hourly").first_due(at) == datetime(2024, 3, 1, 10, 0, tzinfo=timezone.utc).timestamp()
+    assert parse_schedule("0 2 * * 1").first_due(at) == datetime(2024, 3, 4, 2, 0, tzinfo=timezone.utc).timestamp()
+
+
+def test_no_schedule_means_on_demand_only() -> None:
+    assert parse_schedule(None) is None and parse_schedule("  ") is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("0s", "interval '0s' is zero; the shortest is '1s'"),
+    ("5x", "'5x' is not an interval: write a whole number and a unit, s, m, h or d"),
+    ("1.5h", "'1.5h' is not an interval"),
+    ("300", "'300' is not an interval"),
+    ("10 minutes", "'10 minutes' is not an interval"),
+    ("* * *", "a cron expression has 5 fields (minute hour day-of-month month day-of-week"),
+    ("every day", "this one has 2"),
+    ("61 * * * *", "bad cron expression '61 * * * *'"),
+    ("*/0 * * * *", "bad cron expression"),
+    ("0 0 31 2 *", "never fires"),
+])
+def test_bad_schedules_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_schedule(text)
+    assert "LAMBDA_BATCH_SCHEDULE" in str(raised.value)
+    assert message in str(raised.value), str(raised.value)
+
+
+def test_a_bad_schedule_stops_at_settings_load(make_settings) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match="LAMBDA_BATCH_SCHEDULE"):
+        make_settings(batch_schedule="every 5 minutes")

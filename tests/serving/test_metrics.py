@@ -1,0 +1,261 @@
+"""GET /metrics: request metrics by route template, and what other processes left in Redis.
+
+Requests go over HTTP to a real uvicorn server running ``create_app`` (which installs the
+metrics); the speed layer's heartbeat hash, the served generation and the batch-run registry are
+written into the real Redis by hand, and the master dataset is a real Delta table with a few
+versions, so the lag the gauges report is known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+import redis
+from deltalake import write_deltalake
+from fastapi import FastAPI
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from deploy.settings import Settings
+from serving.app import create_app
+from serving.keys import Keys
+from serving.metrics import EVENTS_INGESTED, parse_run, route_template
+from tests.conftest import ApiServer, free_port
+
+KEY_ROUTE = "/v1/views/{view}/keys/{key}"
+
+
+def scrape(client: httpx.Client) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Samples of GET /metrics as {(name, labels): value}."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain"), response.headers
+    return samples(response.text)
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text) for s in family.samples
+    }
+
+
+def value(found: dict, name: str, **labels: str) -> float | None:
+    return found.get((name, frozenset(labels.items())))
+
+
+def by_name(found: dict, name: str) -> dict[frozenset, float]:
+    return {labels: v for (n, labels), v in found.items() if n == name}
+
+
+def master_with_versions(settings: Settings, versions: int) -> None:
+    """A Delta table at the master path with versions 0 .. versions - 1."""
+    for i in range(versions):
+        write_deltalake(str(settings.master_path), pa.table({"i": [i]}), mode="append")
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def test_requests_are_counted_by_route_template_method_and_status(api: Callable[..., Any]) -> None:
+    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        statuses = [client.get(f"/v1/views/word_counts/keys/{word}").status_code for word in ("a", "b", "c/d")]
+        assert len(set(statuses)) == 1
+        for _ in range(2):
+            assert client.get("/healthz").status_code == 200
+        assert client.get("/no/such/path").status_code == 404
+        assert client.post("/healthz").status_code == 405
+        found = scrape(client)
+
+    key = {"method": "GET", "route": KEY_ROUTE, "status": str(statuses[0])}
+    assert value(found, "lambda_http_requests_total", **key) == 3
+    assert value(found, "lambda_http_request_duration_seconds_count", **key) == 3
+    assert value(found, "lambda_http_request_duration_seconds_sum", **key) > 0
+    assert value(found, "lambda_http_request_duration_seconds_bucket", **key, le="+Inf") == 3
+    assert value(found, "lambda_http_requests_total", method="GET", route="/healthz", status="200") == 2
+    assert value(found, "lambda_http_requests_total", method="GET", route="unmatched", status="404") == 1
+    assert value(found, "lambda_http_requests_total", method="POST", route="/healthz", status="405") == 1
+    routes = {dict(labels)["route"] for labels in by_name(found, "lambda_http_requests_total")}
+    assert not any("word_counts" in r or "/no/such" in r for r in routes), routes  # templates, never raw paths
+
+
+def test_route_template_drops_converters() -> None:
+    assert route_template("/v1/views/{view}/keys/{key:path}") == KEY_ROUTE
+    assert route_template("/a/{n:int}/b") == "/a/{n}/b"
+
+
+def test_each_app_has_its_own_registry_and_shares_events_ingested(make_settings: Callable[..., Settings],
+                                                                  redis_url: str) -> None:
+    settings = make_settings()
+    apps: list[FastAPI] = [create_app(settings, redis_url=redis_url) for _ in range(2)]
+    assert apps[0].state.metrics_registry is not apps[1].state.metrics_registry
+
+    def ingested(app: FastAPI) -> float:
+        return value(samples(generate_latest(app.state.metrics_registry).decode()), "lambda_events_ingested_total")
+
+    before = [ingested(app) for app in apps]
+    EVENTS_INGESTED.inc(3)
+    assert [ingested(app) - b for app, b in zip(apps, before)] == [3, 3]
+
+
+# --------------------------------------------------------------------------- speed layer
+
+
+def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_settings: Callable[..., Settings],
+                                                 redis_url: str) -> None:
+    settings = make_settings()
+    master_with_versions(settings, 4)  # versions 0..3
+    keys = Keys("wordcount")
+    r = redis.Redis.from_url(redis_url)
+    heartbeat = time.time() - 5
+    r.hset(keys.speed, mapping={"processed": 1, "batch_id": 7, "heartbeat_at": heartbeat, "query": "q",
+                                "last_batch_seconds": 0.25})
+    p = {"pipeline": "wordcount"}
+    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        found = scrape(client)
+        assert value(found, "lambda_metrics_redis_up", **p) == 1
+        assert value(found, "lambda_master_latest_version", **p) == 3
+        assert value(found, "lambda_speed_processed_version", **p) == 1
+        assert value(found, "lambda_speed_lag_versions", **p) == 2
+        assert value(found, "lambda_speed_lag_seconds", **p) >= 0
+        assert value(found, "lambda_speed_batch_id", **p) == 7
+        assert value(found, "lambda_speed_last_batch_seconds", **p) == 0.25
+        assert value(found, "lambda_speed_heartbeat_timestamp_seconds", **p) == pytest.approx(heartbeat)
+        assert 4 <= value(found, "lambda_speed_heartbeat_age_seconds", **p) < 60
+        assert value(found, "lambda_batch_served_generation", **p) is None  # nothing published
+
+        r.hset(keys.speed, mapping={"processed": 3})  # caught up
+        found = scrape(client)
+        assert value(found, "lambda_speed_lag_versions", **p) == 0
+        assert value(found, "lambda_speed_lag_seconds", **p) == 0
+
+        r.delete(keys.speed)  # speed layer never ran: no speed samples, lag from what is served (nothing)
+        found = scrape(client)
+        assert value(found, "lambda_speed_processed_version", **p) is None
+        assert value(found, "lambda_speed_lag_versions", **p) is None
+        assert value(found, "lambda_master_latest_version", **p) == 3
+    r.close()
+
+
+# --------------------------------------------------------------------------- batch layer
+
+
+def test_batch_generation_and_run_registry(api: Callable[..., Any], make_settings: Callable[..., Settings],
+                                           redis_url: str) -> None:
+    settings = make_settings()
+    master_with_versions(settings, 6)  # versions 0..5; generation 4 served
+    keys = Keys("wordcount")
+    r = redis.Redis.from_url(redis_url)
+    now = time.time()
+    r.set(keys.current, 4)
+    r.hset(keys.meta(4), mapping={"computed_at": now - 30, "run_id": "r2", "events": 10})
+    runs = f"{keys.prefix}:batch:runs"
+    r.rpush(runs, *(json.dumps(run) for run in (
+        {"run_id": "r1", "status": "failed", "started_at": now - 100, "finished_at": now - 98.5},
+        {"run_id": "r2", "status": "succeeded", "started_at": now - 40, "finished_at": now - 30},
+        {"run_id": "r0", "status": "succeeded", "started_at": now - 300, "duration_seconds": 12.0},
+        {"run_id": "r3", "status": "running", "started_at": now - 1},
+    )))
+    p = {"pipeline": "wordcount"}
+    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        found = scrape(client)
+        assert value(found, "lambda_batch_served_generation", **p) == 4
+        assert value(found, "lambda_batch_served_computed_at_timestamp_seconds", **p) == pytest.approx(now - 30)
+        assert 29 <= value(found, "lambda_batch_served_age_seconds", **p) < 90
+        assert value(found, "lambda_speed_lag_versions", **p) == 1  # 5 - generation 4, no speed layer
+        assert value(found, "lambda_batch_runs", **p, outcome="succeeded") == 2
+        assert value(found, "lambda_batch_runs", **p, outcome="failed") == 1
+        assert value(found, "lambda_batch_runs", **p, outcome="running") == 1
+        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == pytest.approx(10)
+        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="failed") == pytest.approx(1.5)
+        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="succeeded") == pytest.approx(now - 30)
+
+        # batch_layer.runs' layout: a sorted set of run ids, each record the hash lp:p:batch:run:{id};
+        # a 'running' run without the lease was left by a dead scheduler and counts as failed
+        r.delete(runs)
+        r.zadd(runs, {"a": now - 60, "b": now - 20, "c": now - 10, "d": now - 2, "e": now - 1})
+        records = {
+            "a": {"status": "succeeded", "requested_at": now - 60, "started_at": now - 59, "finished_at": now - 56},
+            "b": {"status": "failed", "requested_at": now - 20, "started_at": now - 20, "finished_at": now - 18,
+                  "error": "boom"},
+            "c": {"status": "running", "requested_at": now - 10, "started_at": now - 10},  # lease gone
+            "d": {"status": "running", "requested_at": now - 2, "started_at": now - 2},  # holds the lease
+            "e": {"status": "queued", "requested_at": now - 1},
+        }
+        for run_id, record in records.items():
+            r.hset(f"{keys.prefix}:batch:run:{run_id}", mapping={"id": run_id, "trigger": "api", **record})
+        r.set(f"{keys.prefix}:batch:lease", "d")
+        found = scrape(client)
+        assert {dict(labels)["outcome"]: v for labels, v in by_name(found, "lambda_batch_runs").items()} == {
+            "succeeded": 1, "failed": 2, "running": 1, "queued": 1}
+        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == pytest.approx(3)
+        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="succeeded") == pytest.approx(now - 56)
+        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="queued") == pytest.approx(now - 1)
+
+        # ids whose records sit beside the set as {key}:{id}, with ISO 8601 times
+        r.delete(runs)
+        r.zadd(runs, {"x1": 1, "x2": 2})
+        r.hset(f"{runs}:x1", mapping={"outcome": "succeeded", "duration_seconds": 3, "finished_at": now - 5})
+        r.hset(f"{runs}:x2", mapping={"outcome": "failed", "started_at": "2024-03-01T10:00:00Z",
+                                      "finished_at": "2024-03-01T10:00:02Z"})
+        found = scrape(client)
+        assert value(found, "lambda_batch_runs", **p, outcome="succeeded") == 1
+        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == 3
+        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="failed") == 2
+
+        # registries of shapes nobody understands, or none at all, leave the batch-run samples out
+        for shape in (lambda: r.set(runs, "not json"), lambda: r.sadd(runs, "x"), lambda: None):
+            r.delete(runs)
+            shape()
+            found = scrape(client)
+            assert not by_name(found, "lambda_batch_runs")
+            assert value(found, "lambda_batch_served_generation", **p) == 4
+            assert value(found, "lambda_metrics_redis_up", **p) == 1
+    r.close()
+
+
+@pytest.mark.parametrize(("record", "outcome", "duration"), [
+    ({"status": "Succeeded", "duration_seconds": "4.5"}, "succeeded", 4.5),
+    ('{"outcome": "failed", "started_at": 10, "finished_at": 12.5}', "failed", 2.5),
+    ({b"state": b"ok", b"elapsed": b"1"}, "ok", 1.0),
+    ({"started_at": 10}, "running", None),
+    ({"finished_at": 10}, "unknown", None),
+])
+def test_parse_run_accepts_common_record_shapes(record: Any, outcome: str, duration: float | None) -> None:
+    run = parse_run(record)
+    assert run is not None and run.outcome == outcome and run.duration == duration
+
+
+@pytest.mark.parametrize("record", ["not json", "[1, 2]", 42, None, b"\xff", {}, {"run_id": "r1"}])
+def test_parse_run_rejects_what_is_not_a_record(record: Any) -> None:
+    assert parse_run(record) is None
+
+
+# --------------------------------------------------------------------------- Redis down
+
+
+def test_scrape_answers_when_redis_is_unreachable(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings()
+    app = create_app(settings, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+        assert client.get("/healthz").status_code == 200
+        started = time.monotonic()
+        found = scrape(client)
+        assert time.monotonic() - started < 10
+    assert value(found, "lambda_metrics_redis_up", pipeline="wordcount") == 0
+    assert value(found, "lambda_http_requests_total", method="GET", route="/healthz", status="200") == 1
+
+
+def test_openmetrics_on_request(api: Callable[..., Any]) -> None:
+    with api() as server:
+        response = httpx.get(f"{server.base_url}/metrics", headers={"Accept": "application/openmetrics-text"},
+                             timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/openmetrics-text")
+    assert response.text.rstrip().endswith("# EOF")
