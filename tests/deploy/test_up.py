@@ -82,10 +82,10 @@ def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
             _wait(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 60)
 
             before = {w: _count(http, w) for w in ("zebra", "quagga", "okapi", "the")}
-            run = http.post("/v1/batch/runs")
+            run = http.post("/v1/batch/runs", json={"force": True})  # recompute even if nothing changed
             assert run.status_code == 202, run.text
             run_id = run.json()["id"]
-            _wait(lambda: http.get(f"/v1/batch/runs/{run_id}").json()["status"] in ("succeeded", "failed"),
+            _wait(lambda: http.get(f"/v1/batch/runs/{run_id}").json()["status"] in ("succeeded", "failed", "skipped"),
                   "the triggered recompute", 240)
             assert http.get(f"/v1/batch/runs/{run_id}").json()["status"] == "succeeded"
             assert {w: _count(http, w) for w in before} == before, "answers changed across the generation flip"
