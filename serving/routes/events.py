@@ -11,7 +11,15 @@ from fastapi import APIRouter, FastAPI, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from serving.ingest import JSON_TYPES, NDJSON_TYPES, Ingestor, IdempotencyKey, body_format, parse_events_async, read_body
+from serving.ingest import (
+    JSON_TYPES,
+    NDJSON_TYPES,
+    IdempotencyKey,
+    Ingestor,
+    body_format,
+    parse_events_async,
+    read_body,
+)
 from serving.models import ErrorBody
 from shared_logic.pipeline import Pipeline
 
@@ -77,7 +85,10 @@ _JSON_EXAMPLES: dict[str, Any] = {
         "value": [{"text": "the quick brown fox"}, {"text": "jumps over the lazy dog", "event_time": _EXAMPLE_TIME}],
     },
 }
-_NDJSON_EXAMPLE = '{"text": "the quick brown fox"}\n{"text": "jumps over the lazy dog", "event_time": "%s"}\n' % _EXAMPLE_TIME
+_NDJSON_EXAMPLE = (
+    '{"text": "the quick brown fox"}\n'
+    f'{{"text": "jumps over the lazy dog", "event_time": "{_EXAMPLE_TIME}"}}\n'
+)
 
 _EVENT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -112,7 +123,8 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
             }
         },
     },
-    400: {"model": ErrorBody, "description": "The body is not JSON (the detail gives line and column), or a malformed header."},
+    400: {"model": ErrorBody,
+          "description": "The body is not JSON (the detail gives line and column), or a malformed header."},
     413: {"model": ErrorBody, "description": "The body is larger than `LAMBDA_MAX_BODY_BYTES`; nothing was written."},
     415: {"model": ErrorBody, "description": "Content-Type is not application/json or application/x-ndjson."},
     422: {
@@ -126,7 +138,8 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
                       "  index 2, field 'colour': Extra inputs are not permitted",
         }}},
     },
-    503: {"model": ErrorBody, "description": "The commit failed; nothing was acknowledged. Retry (with the same Idempotency-Key)."},
+    503: {"model": ErrorBody,
+          "description": "The commit failed; nothing was acknowledged. Retry (with the same Idempotency-Key)."},
 }
 
 

@@ -248,6 +248,13 @@ def test_wrong_content_type_is_415(http: httpx.Client, settings: Settings, conte
     assert master_version(settings) is None
 
 
+def test_compressed_body_is_415(http: httpx.Client, settings: Settings) -> None:
+    r = http.post("/v1/events", content=b"\x1f\x8b...", headers={"Content-Type": "application/json",
+                                                               "Content-Encoding": "gzip"})
+    assert r.status_code == 415 and "Content-Encoding" in r.json()["detail"]
+    assert master_version(settings) is None
+
+
 def test_oversized_body_is_413_by_declared_length_and_by_bytes_read(serve: Callable[..., Any], settings: Settings) -> None:
     limit = 1024
     events = [payment(i) for i in range(40)]  # ~2.5 kB
