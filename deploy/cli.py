@@ -81,8 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     speed_run.set_defaults(handler=_cmd_speed_run)
 
     serve = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn)")
-    serve.add_argument("--host", help="bind address (LAMBDA_HTTP_HOST)")
-    serve.add_argument("--port", type=int, help="port (LAMBDA_HTTP_PORT)")
+    _http_options(serve, "bind")
     serve.set_defaults(handler=_cmd_serve)
 
     up = sub.add_parser("up", help="start the whole platform locally (what `make run` runs)",
@@ -90,24 +89,26 @@ def _parser() -> argparse.ArgumentParser:
                                     "layer, the batch scheduler and demo traffic as supervised child processes. A "
                                     "fresh data dir gets sample events and a first recompute. Ctrl-C or SIGTERM "
                                     "stops everything; `up` again on the same data dir resumes with nothing lost.")
-    up.add_argument("--host", help="API bind address (LAMBDA_HTTP_HOST)")
-    up.add_argument("--port", type=int, help="API port (LAMBDA_HTTP_PORT)")
+    _http_options(up, "bind the API to")
     up.add_argument("--no-generate", action="store_true", help="no demo traffic")
     up.set_defaults(handler=_cmd_up)
 
     status = sub.add_parser("status", help="each part: up or down, versions, lag, last batch run")
-    status.add_argument("--host", help="API address to probe (LAMBDA_HTTP_HOST)")
-    status.add_argument("--port", type=int, help="API port to probe (LAMBDA_HTTP_PORT)")
+    _http_options(status, "probe the API at")
     status.set_defaults(handler=_cmd_status)
 
     generate = sub.add_parser("generate", help="demo traffic: post sample events to the API at a steady rate",
                               description="Post events of the pipeline's samples to POST /v1/events until Ctrl-C. "
                                           "Uses the API key from LAMBDA_API_KEYS (first key with 'ingest').")
     generate.add_argument("--rate", type=float, help="events per second (LAMBDA_GENERATE_RATE)")
-    generate.add_argument("--host", help="API address (LAMBDA_HTTP_HOST)")
-    generate.add_argument("--port", type=int, help="API port (LAMBDA_HTTP_PORT)")
+    _http_options(generate, "post to the API at")
     generate.set_defaults(handler=_cmd_generate)
     return parser
+
+
+def _http_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--host", help=f"address to {verb} (LAMBDA_HTTP_HOST)")
+    parser.add_argument("--port", type=int, help=f"port to {verb} (LAMBDA_HTTP_PORT)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:

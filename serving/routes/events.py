@@ -21,6 +21,7 @@ from serving.ingest import (
     read_body,
 )
 from serving.models import ErrorBody
+from serving.metrics import EVENTS_INGESTED
 from shared_logic.pipeline import Pipeline
 
 
@@ -168,6 +169,8 @@ async def ingest_events(
     key = IdempotencyKey.of(idempotency_key, fmt, body) if idempotency_key is not None else None
     events = await parse_events_async(body, fmt, app.state.pipeline.schema)
     receipt = await _ingestor(app).ingest(events, key)
+    if not receipt.replayed:
+        EVENTS_INGESTED.inc(receipt.accepted)
     headers = {"Idempotent-Replayed": "true"} if receipt.replayed else None
     return Response(receipt.json(), status_code=202, media_type="application/json", headers=headers)
 
