@@ -26,8 +26,12 @@ test: $(STAMP)  ## set up and run every test tier
 test-fast: $(STAMP)  ## skip the slow end-to-end tier
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)  ## run the benchmarks (minutes; prints ratios)
-	$(BIN)/python benchmarks/batch_recompute.py
+bench: $(STAMP)  ## list the benchmarks (each takes minutes and prints ratios against a baseline)
+	@echo "batch recompute:  $(BIN)/python benchmarks/batch_recompute.py --events 1000000 --repeat 2"
+	@echo "speed layer:      $(BIN)/python benchmarks/speed_layer_bench.py freshness | throughput --users 1000"
+	@echo "HTTP ingest:      $(BIN)/python benchmarks/ingest_bench.py --help"
+	@echo "key reads:        $(BIN)/python benchmarks/query_bench.py --help"
+	@echo "(see benchmarks/README.md)"
 
 clean:  ## remove the virtualenv and local data
 	rm -rf $(VENV) data
