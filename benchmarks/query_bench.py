@@ -47,12 +47,18 @@ connects first, then starts on a signal so the CPU figures cover the load only.
    is not hidden by the client waiting: no coordinated omission) and also from the actual send;
    the client's own lateness (its timers tick in 1 ms steps) is printed too. Target: p99 <= 5 ms.
    B is run at the same rate for reference.
-3. Where A's time goes (``--profile``, default: when A/B < 0.8; ``--no-profile`` skips): in this
-   process, with no HTTP server, one request path at a time is awaited sequentially and timed
+3. Where A's time goes (``--profile``, default: when A/B < 0.8; ``--no-profile`` skips). First
+   over HTTP, a third server (this file with ``--serve-what-if``: A's settings and app, changed in
+   memory only) is measured like 1, one run each: A' = A's route with its sync dependencies made
+   async, A'' = A's answer on a plain Starlette route of the same app; then B once more. Then in
+   this process, with no HTTP server, one request path at a time is awaited sequentially and timed
    (wall and CPU per request): the bare ZSCORE, ``ServingStore.read`` (the Lua read),
-   ``queries.key_answer`` (read + merge + answer model), then both complete ASGI apps. The
+   ``queries.key_answer`` (read + merge + answer model), then both complete ASGI apps, then two
+   what-ifs built in memory only (no product file changes): A's app with its sync dependencies
+   (``serving.deps.get_store`` / ``get_pipeline``, which FastAPI runs in the thread pool) swapped
+   for async ones, and A's answer served by a plain Starlette ``Route`` in the same app. The
    platform's ASGI path is then run under cProfile; own time is summed per package and the top
-   functions are listed.
+   functions are listed (for coroutines, ncalls counts resumptions).
 
 The load generator shares the machine's cores with the servers and Redis (2 cores on the
 reference machine): each requests/s figure is what one server process reaches while the client
@@ -145,6 +151,20 @@ def _serve_bare(port: int, redis_url: str) -> None:
 
     # the same call as deploy.cli's _serve
     uvicorn.run(bare_app(redis_url), host=HOST, port=port, log_level="info", access_log=False)
+
+
+def _serve_what_if() -> None:
+    """A's server as ``deploy.cli serve`` runs it (settings from the environment), with ``_what_if``
+    applied to the app in memory: async dependencies, and A's answer on a plain Starlette route."""
+    import uvicorn
+
+    from deploy.settings import load_settings
+    from serving.app import create_app
+
+    settings = load_settings()
+    app = create_app(settings, redis_url=settings.redis_url)  # type: ignore[arg-type]
+    _what_if(app)
+    uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False)
 
 
 # --------------------------------------------------------------------------- setup (child process)
@@ -343,13 +363,6 @@ class _Open(_Gen):
             self.finished.set_result(None)
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values) or [float("nan")]
     n = len(ordered)
@@ -421,7 +434,7 @@ class Run:
     def line(self) -> str:
         r, lat = self.result, self.result["latency"] if self.mode == "open" else self.result["service"]
         fail = f"  FAILURES {r['failures']} {r['statuses']} lost {r['lost']}" if r["failures"] or r["lost"] else ""
-        return (f"{self.target:<10} {self.mode:<6} x{self.connections:<3d} {r['seconds']:5.1f} s {self.rps:7,.0f} req/s"
+        return (f"{self.target:<14} {self.mode:<6} x{self.connections:<3d} {r['seconds']:5.1f} s {self.rps:7,.0f} req/s"
                 f"  p50 {lat['p50'] * 1e3:5.2f} p99 {lat['p99'] * 1e3:6.2f} ms"
                 f"  CPU/req: server {self.per_req_us(self.server_cpu):4.0f} us, redis {self.per_req_us(self.redis_cpu):3.0f} us,"
                 f" client {self.per_req_us(r['client_cpu']):4.0f} us  others {self.others_cores:.2f} cores{fail}")
@@ -597,13 +610,65 @@ def _asgi_caller(app: Any) -> Any:
     return call
 
 
-async def _timed(name: str, fn: Any, keys: list[str], n: int) -> tuple[str, float, float]:
+async def _timed(fn: Any, keys: list[str], n: int, passes: int = 3) -> tuple[float, float]:
+    """(wall, CPU) microseconds per call, the pass with the least CPU of ``passes`` (after a warm-up)."""
     for i in range(min(300, n)):
         await fn(keys[i % len(keys)])
-    w0, c0 = time.perf_counter(), time.process_time()
-    for i in range(n):
-        await fn(keys[i % len(keys)])
-    return name, (time.perf_counter() - w0) / n * 1e6, (time.process_time() - c0) / n * 1e6
+    best = (float("inf"), float("inf"))
+    for _ in range(passes):
+        w0, c0 = time.perf_counter(), time.process_time()
+        for i in range(n):
+            await fn(keys[i % len(keys)])
+        wall, cpu = (time.perf_counter() - w0) / n * 1e6, (time.process_time() - c0) / n * 1e6
+        if cpu < best[1]:
+            best = (wall, cpu)
+    return best
+
+
+def _what_if(app: Any) -> int:
+    """In memory only: make A's sync dependencies (serving.deps.get_store / get_pipeline) async on
+    ``app``'s routes, and add a plain Starlette route doing A's answer, at ``/fast/{view}/keys/{key}``."""
+    from fastapi import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from serving import deps, queries
+
+    async def get_store(request: Request) -> Any:
+        return request.app.state.store
+
+    async def get_pipeline(request: Request) -> Any:
+        return request.app.state.pipeline
+
+    swap = {deps.get_store: get_store, deps.get_pipeline: get_pipeline}
+    swapped = 0
+
+    def walk(dependant: Any) -> None:
+        nonlocal swapped
+        if dependant.call in swap:
+            dependant.call = swap[dependant.call]
+            swapped += 1
+        for sub in dependant.dependencies:
+            walk(sub)
+
+    def routes(items: list[Any]) -> None:
+        for route in items:
+            if getattr(route, "dependant", None) is not None:
+                walk(route.dependant)
+            for built in ("effective_candidates", "effective_low_priority_routes"):  # FastAPI's included routers
+                if callable(getattr(route, built, None)):
+                    routes(getattr(route, built)())
+
+    routes(app.routes)
+
+    async def fast(request: Any) -> Response:
+        state, params = request.app.state, request.path_params
+        view = state.pipeline.view(params["view"])
+        answer = await queries.key_answer(state.store, view, params["key"])
+        return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")
+
+    app.router.routes.insert(0, Route("/fast/{view}/keys/{key:path}", fast, methods=["GET"]))
+    return swapped
 
 
 def _package(filename: str) -> str:
@@ -633,34 +698,44 @@ async def _breakdown(settings: Any, redis_url: str, keys: list[str], n: int, pro
     from serving import queries
     from serving.app import create_app
 
-    platform, bare = create_app(settings, redis_url=redis_url), bare_app(redis_url)
-    call_a, call_b = _asgi_caller(platform), _asgi_caller(bare)
-    async with _lifespan(platform), _lifespan(bare):
+    platform, bare, whatif = create_app(settings, redis_url=redis_url), bare_app(redis_url), \
+        create_app(settings, redis_url=redis_url)
+    swapped = _what_if(whatif)
+    call_a, call_b, call_w = _asgi_caller(platform), _asgi_caller(bare), _asgi_caller(whatif)
+    async with _lifespan(platform), _lifespan(bare), _lifespan(whatif):
         store = platform.state.store
         view = platform.state.pipeline.view(VIEW)
         generation = int(await store.client.get(store.keys.current))
         zkey = store.keys.scores(generation, VIEW, "count")
-        rows = [
-            await _timed("B part: redis-py ZSCORE (one round trip)", lambda k: store.client.zscore(zkey, k), keys, n),
-            await _timed("A part: ServingStore.read (EVALSHA of the read script)",
-                         lambda k: store.read(VIEW, [(k, None)], ["count"], []), keys, n),
-            await _timed("A part: queries.key_answer (read + merge + KeyAnswer)",
-                         lambda k: queries.key_answer(store, view, k), keys, n),
-            await _timed("B: bare app, whole ASGI call", lambda k: call_b(f"/bare/{k}"), keys, n),
-            await _timed("A: platform app, whole ASGI call",
-                         lambda k: call_a(f"/v1/views/{VIEW}/keys/{k}"), keys, n),
+        a_path = f"/v1/views/{VIEW}/keys/"
+        steps = [
+            ("zscore", "B's read: redis-py ZSCORE (one round trip)", lambda k: store.client.zscore(zkey, k)),
+            ("read", "A's read: ServingStore.read (EVALSHA of the Lua read)",
+             lambda k: store.read(VIEW, [(k, None)], ["count"], [])),
+            ("answer", "A's answer: queries.key_answer (read + merge + KeyAnswer)",
+             lambda k: queries.key_answer(store, view, k)),
+            ("B", "B: bare app, whole ASGI call", lambda k: call_b(f"/bare/{k}")),
+            ("A", "A: platform app, whole ASGI call", lambda k: call_a(a_path + k)),
+            ("A async deps", f"what-if: A with get_store/get_pipeline async ({swapped} swapped)",
+             lambda k: call_w(a_path + k)),
+            ("A starlette", "what-if: A's answer on a plain Starlette Route, same app",
+             lambda k: call_w(f"/fast/{VIEW}/keys/{k}")),
         ]
-        print(f"\nwhere A's time goes: in this process, no HTTP server, {n} sequential requests each "
-              "(wall includes the Redis round trip; CPU is this process only, Redis excluded)")
-        for name, wall, cpu in rows:
-            print(f"  {name:<58} {wall:7.1f} us wall  {cpu:7.1f} us CPU")
-        d = {r[0]: r[2] for r in rows}
-        names = [r[0] for r in rows]
-        print(f"  -> A - B, whole ASGI call: {d[names[4]] - d[names[3]]:+.1f} us CPU/req; of which "
-              f"Lua read vs ZSCORE (client side) {d[names[1]] - d[names[0]]:+.1f}, "
-              f"merge + answer model {d[names[2]] - d[names[1]]:+.1f}, "
-              f"FastAPI route/deps/validation/serialisation/middleware beyond B's "
-              f"{(d[names[4]] - d[names[2]]) - (d[names[3]] - d[names[0]]):+.1f}")
+        print(f"\n  In this process (uvloop, no HTTP server, servers stopped), {n} sequential "
+              "calls per row, best of 3 passes; wall includes the Redis round trip, CPU is this process only")
+        cpu: dict[str, float] = {}
+        for tag, name, fn in steps:
+            wall, cpu[tag] = await _timed(fn, keys, n)
+            print(f"  {name:<66} {wall:7.1f} us wall  {cpu[tag]:7.1f} us CPU")
+        print(f"  A - B, whole ASGI call: {cpu['A'] - cpu['B']:+.1f} us CPU per request, of which")
+        print(f"    Lua read instead of ZSCORE (client side):            {cpu['read'] - cpu['zscore']:+7.1f} us")
+        print(f"    merge + KeyAnswer model:                             {cpu['answer'] - cpu['read']:+7.1f} us")
+        print(f"    FastAPI layer beyond B's (deps, params, auth, response model, metrics middleware): "
+              f"{(cpu['A'] - cpu['answer']) - (cpu['B'] - cpu['zscore']):+7.1f} us")
+        print(f"      of which sync dependencies run in the thread pool (what-if async): {cpu['A'] - cpu['A async deps']:+7.1f} us")
+        print(f"  in-process CPU ratio B/A: as is {cpu['B'] / cpu['A']:.2f}; with async deps {cpu['B'] / cpu['A async deps']:.2f}; "
+              f"on a plain Starlette route {cpu['B'] / cpu['A starlette']:.2f} (uvicorn's own per-request cost, the same "
+              "for both, is not in these)")
 
         profiler = cProfile.Profile()
         for i in range(300):
@@ -674,8 +749,9 @@ async def _breakdown(settings: Any, redis_url: str, keys: list[str], n: int, pro
     by_package: collections.Counter[str] = collections.Counter()
     for (filename, _, _), (_, _, tt, _, _) in stats.stats.items():  # type: ignore[attr-defined]
         by_package[_package(filename)] += tt
-    print(f"\ncProfile of A's ASGI path ({profile_n} requests; cProfile inflates Python-heavy code, read shares, "
-          f"not absolute times): own time by package, {total / profile_n * 1e6:.0f} us/req profiled in all")
+    print(f"\n  cProfile of A's ASGI path as is ({profile_n} requests; cProfile inflates Python-heavy code: read shares, "
+          f"not absolute times; ncalls of a coroutine counts its resumptions): own time by package, "
+          f"{total / profile_n * 1e6:.0f} us/req profiled in all")
     for package, tt in by_package.most_common(14):
         print(f"  {package:<40} {tt / total * 100:5.1f} %  {tt / profile_n * 1e6:6.1f} us/req")
     buf = io.StringIO()
@@ -719,12 +795,16 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the data here (default: a temp dir, removed)")
     # internal modes: this file is also the bare server, the setup step and the load generator
     parser.add_argument("--serve-bare", nargs=2, metavar=("PORT", "REDIS_URL"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-what-if", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--setup", nargs=2, metavar=("DATA_DIR", "REDIS_URL"), help=argparse.SUPPRESS)
     parser.add_argument("--loadgen", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.serve_bare:
         _serve_bare(int(args.serve_bare[0]), args.serve_bare[1])
+        return
+    if args.serve_what_if:
+        _serve_what_if()
         return
     if args.loadgen:
         _run_loadgen(args.loadgen)
@@ -862,6 +942,39 @@ def bench(args: argparse.Namespace) -> None:
 
         # ---- 3. where A's time goes
         if args.profile or (args.profile is None and ratio < 0.8):
+            port = _free_port()
+            log_path = data_dir / "server-what-if.log"
+            log = log_path.open("wb")
+            logs.append(log)
+            servers["A what-if"] = subprocess.Popen([sys.executable, __file__, "--serve-what-if"], cwd=ROOT,
+                                                    env={**env_a, "LAMBDA_HTTP_PORT": str(port)},
+                                                    stdout=log, stderr=subprocess.STDOUT)
+            _wait_up(f"http://{HOST}:{port}/readyz", servers["A what-if"], log_path)
+            whatifs = {"A' async deps": f"/v1/views/{VIEW}/keys/", "A'' Starlette": f"/fast/{VIEW}/keys/"}
+            for target, prefix in whatifs.items():
+                ports[target] = port
+                paths[target] = [prefix + k for k in keys]
+                with httpx.Client(timeout=5) as http:
+                    answer = http.get(f"http://{HOST}:{port}{paths[target][0]}")
+                    if answer.status_code != 200 or answer.json()["value"]["count"] != counts[keys[0]]:
+                        raise SystemExit(f"the what-if server answers wrong: {answer.status_code} {answer.text[:300]}")
+            print(f"\n3. where A's time goes. What-ifs over HTTP: A's server with its app changed in memory only "
+                  f"(product files untouched), `--serve-what-if`: A' = A's route with serving.deps.get_store/"
+                  f"get_pipeline made async (FastAPI runs sync dependencies in its thread pool); A'' = A's answer "
+                  f"(queries.key_answer + KeyAnswer JSON) on a plain Starlette Route in the same app (metrics "
+                  f"middleware kept; no FastAPI params/deps/auth). Closed loop as in 1, one run each, then B again.")
+            for target in whatifs:
+                measure(machine, servers["A what-if"].pid, target, spec(target, "closed", args.connections, args.warmup))
+            what: dict[str, Run] = {}
+            for target in [*whatifs, "B bare"]:
+                machine.wait_quiet([*pids, servers["A what-if"].pid], args.quiet_cores, args.quiet_timeout)
+                pid = servers["B bare" if target == "B bare" else "A what-if"].pid
+                what[target] = measure(machine, pid, target, spec(target, "closed", args.connections, args.seconds))
+                print(f"  {what[target].line()}", flush=True)
+            for target in whatifs:
+                print(f"  {target}/B = {what[target].rps / what['B bare'].rps:.2f} by req/s, "
+                      f"{what['B bare'].per_req_us(what['B bare'].server_cpu) / what[target].per_req_us(what[target].server_cpu):.2f}"
+                      f" by server CPU/req  (A as is: {ratio:.2f})")
             for target in list(servers):
                 _stop(servers.pop(target))  # the in-process timing gets the cores to itself
             breakdown = _breakdown(settings, redis_url, keys, args.profile_requests, args.profile_requests)

@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the objects a request handler needs, built once per app in its lifespan."""
+"""FastAPI dependencies: the objects a request handler needs, built once per app in its lifespan.
+
+They are ``async def`` although they do no I/O: FastAPI runs plain functions in its thread pool,
+which cost about a third of a key read's CPU before (benchmarks/query_bench.py).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,11 @@ from serving.store import ServingStore
 from shared_logic.pipeline import Pipeline
 
 
-def get_store(request: Request) -> ServingStore:
+async def get_store(request: Request) -> ServingStore:
     return request.app.state.store
 
 
-def get_pipeline(request: Request) -> Pipeline:
+async def get_pipeline(request: Request) -> Pipeline:
     return request.app.state.pipeline
 
 
