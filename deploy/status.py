@@ -9,6 +9,7 @@ import redis
 from rich.table import Table
 
 from batch_layer.master import MasterDataset
+from batch_layer.runs import RunRegistry
 from batch_layer.storage import get_engine
 from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
@@ -46,11 +47,14 @@ def status_table(settings: Settings) -> Table:
                   f"generation {int(served)}, computed {time.time() - computed:.0f}s ago" if served else "")
 
     speed = {k.decode(): v.decode() for k, v in client.hgetall(keys.speed).items()}
-    beat = time.time() - float(speed.get("heartbeat_at", 0) or 0)
-    processed = int(speed["processed"]) if speed.get("processed") else None
-    lag = None if latest is None or processed is None else max(0, latest - max(processed, int(served or -1)))
-    table.add_row("speed layer", "[green]up[/]" if beat < _HEARTBEAT_FRESH else "[red]down[/]",
-                  f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago")
+    if not speed.get("heartbeat_at"):
+        table.add_row("speed layer", "[yellow]never ran[/]", "answers come from the batch generation alone")
+    else:
+        beat = time.time() - float(speed["heartbeat_at"])
+        processed = int(speed["processed"]) if speed.get("processed") else None
+        lag = None if latest is None or processed is None else max(0, latest - max(processed, int(served or -1)))
+        table.add_row("speed layer", "[green]up[/]" if beat < _HEARTBEAT_FRESH else "[red]down[/]",
+                      f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago")
 
     base = f"http://{settings.http_host}:{settings.http_port}"
     try:
@@ -60,9 +64,13 @@ def status_table(settings: Settings) -> Table:
     except httpx.TransportError:
         table.add_row("api", "[red]down[/]", base)
 
-    runs = client.zrevrange(f"{keys.prefix}:batch:runs", 0, 0)
+    registry = RunRegistry.from_url(url, pipeline.name)
+    try:
+        _, runs = registry.recent(limit=1)
+    finally:
+        registry.close()
     if runs:
-        run = {k.decode(): v.decode() for k, v in client.hgetall(f"{keys.prefix}:batch:run:{runs[0].decode()}").items()}
-        table.add_row("last batch run", run.get("status", "?"), ", ".join(f"{k}={v}" for k, v in sorted(run.items())
-                                                                    if k in ("id", "generation", "duration", "error")))
+        run = runs[0]
+        detail = f"run {run.id}, generation {run.generation}, {run.duration or 0:.1f}s"
+        table.add_row("last batch run", run.status, detail + (f": {run.error}" if run.error else ""))
     return table

@@ -11,22 +11,20 @@ so several apps in one process never clash) holding:
   speed layer's heartbeat hash ``lp:{p}:speed`` (processed version, micro-batch id and duration,
   heartbeat age), how far answers lag the master dataset (versions and seconds, from the master's
   Delta log via ``app.state.master_clock``), the served batch generation and its ``computed_at``,
-  and batch runs (outcomes, durations) from the batch-run registry under ``lp:{p}:batch:runs``
-  whenever one is there, in any of the shapes ``read_runs`` accepts. Missing data means missing
-  samples, never a failed scrape; ``lambda_metrics_redis_up`` says whether Redis answered.
+  and batch runs by outcome (counts, newest duration and time) through the app's
+  ``batch_layer.runs.RunRegistry``. Missing data means missing samples, never a failed scrape;
+  ``lambda_metrics_redis_up`` says whether Redis answered.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -37,6 +35,8 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from batch_layer.runs import BatchRun, RunRegistry
 
 log = logging.getLogger(__name__)
 
@@ -115,28 +115,7 @@ class RequestMetrics:
         return children
 
 
-# --------------------------------------------------------------------------- batch-run registry
-
-
-@dataclass(frozen=True)
-class Run:
-    """One batch run as far as the registry says: any field may be missing."""
-
-    run_id: str | None
-    outcome: str
-    duration: float | None
-    finished_at: float | None
-    started_at: float | None
-
-    @property
-    def at(self) -> float | None:
-        return self.finished_at if self.finished_at is not None else self.started_at
-
-
-_OUTCOME_FIELDS = ("outcome", "status", "state", "result")
-_DURATION_FIELDS = ("duration_seconds", "duration", "seconds", "elapsed_seconds", "elapsed")
-_FINISHED_FIELDS = ("finished_at", "ended_at", "completed_at", "end", "finished")
-_STARTED_FIELDS = ("started_at", "start", "started", "created_at", "requested_at")
+# --------------------------------------------------------------------------- numbers
 
 
 def _text(value: Any) -> Any:
@@ -144,129 +123,12 @@ def _text(value: Any) -> Any:
 
 
 def _number(value: Any) -> float | None:
-    """Seconds or an epoch time from a number, numeric string or ISO 8601 time; None otherwise."""
-    value = _text(value)
-    if value is None or isinstance(value, bool):
+    """A finite float from a number or numeric string (Redis replies); None otherwise."""
+    try:
+        number = float(_text(value))
+    except (TypeError, ValueError):
         return None
-    if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, str) and value.strip():
-        try:
-            number = float(value)
-            return number if math.isfinite(number) else None
-        except ValueError:
-            pass
-        try:
-            return datetime.fromisoformat(value.strip().replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
-
-
-def _first(record: Mapping[str, Any], names: Iterable[str]) -> Any:
-    for name in names:
-        if record.get(name) not in (None, ""):
-            return record[name]
-    return None
-
-
-def parse_run(record: Any, run_id: str | None = None) -> Run | None:
-    """A registry record (a mapping, JSON text or bytes) as a ``Run``; None if it is not one."""
-    record = _text(record)
-    if isinstance(record, str):
-        try:
-            record = json.loads(record)
-        except ValueError:
-            return None
-    if not isinstance(record, Mapping):
-        return None
-    record = {str(_text(k)): _text(v) for k, v in record.items()}
-    started, finished = _number(_first(record, _STARTED_FIELDS)), _number(_first(record, _FINISHED_FIELDS))
-    duration = _number(_first(record, _DURATION_FIELDS))
-    if duration is None and started is not None and finished is not None:
-        duration = max(0.0, finished - started)
-    outcome = _first(record, _OUTCOME_FIELDS)
-    if outcome is None and started is None and finished is None and duration is None:
-        return None  # nothing about a run (an empty hash: the record is gone)
-    if outcome is None:
-        outcome = "unknown" if finished is not None or duration is not None else "running"
-    ident = _first(record, ("run_id", "id")) or run_id
-    return Run(str(ident) if ident is not None else None, str(outcome).strip().lower()[:32] or "unknown",
-               duration, finished, started)
-
-
-async def _runs_by_id(client: Any, key: str, ids: list[str]) -> list[tuple[str | None, Any]]:
-    """The records of runs ``ids``: the hash ``lp:p:batch:run:{id}`` (``batch_layer.runs``), else
-    ``{key}:{id}``. A 'running' run whose lease (``lp:p:batch:lease``) is not its own was left by a
-    dead scheduler and counts as failed, as ``batch_layer.runs`` settles it when it next reads it."""
-    base = key.removesuffix(":runs")
-    pipe = client.pipeline(transaction=False)
-    for run_id in ids:
-        pipe.hgetall(f"{base}:run:{run_id}")
-    pipe.get(f"{base}:lease")
-    *records, lease = await pipe.execute()
-    missing = [i for i, record in enumerate(records) if not record]
-    if missing:
-        pipe = client.pipeline(transaction=False)
-        for i in missing:
-            pipe.hgetall(f"{key}:{ids[i]}")
-        for i, record in zip(missing, await pipe.execute()):
-            records[i] = record
-    lease = _text(lease)
-    raw: list[tuple[str | None, Any]] = []
-    for run_id, values in zip(ids, records):
-        record = {_text(k): _text(v) for k, v in values.items()}
-        if record.get("status") == "running" and lease != run_id:
-            record["status"] = "failed"
-        raw.append((run_id, record))
-    return raw
-
-
-async def read_runs(client: Any, key: str) -> list[Run]:
-    """The batch runs recorded at ``key`` (``lp:p:batch:runs``), whatever Redis type the registry uses.
-
-    ``batch_layer.runs`` keeps a sorted set of run ids (newest last), each run's record the hash
-    ``lp:p:batch:run:{id}``; also accepted: a list or stream of records, a hash of run id -> record,
-    a JSON string (list of records), a set, or ids whose record is the hash ``{key}:{id}``. A record
-    is a JSON object or a hash with fields among status/outcome, duration_seconds, requested_at,
-    started_at, finished_at (epoch seconds or ISO 8601). Unknown shapes give no runs.
-    """
-    kind = _text(await client.type(key))
-    raw: list[tuple[str | None, Any]]
-    if kind == "list":
-        length = await client.llen(key)
-        if length <= 2 * MAX_RUNS:
-            items = await client.lrange(key, 0, -1)
-        else:  # newest may be at either end: read both
-            items = await client.lrange(key, 0, MAX_RUNS - 1) + await client.lrange(key, -MAX_RUNS, -1)
-        raw = [(None, item) for item in items]
-    elif kind == "stream":
-        raw = [(_text(entry_id), fields) for entry_id, fields in await client.xrevrange(key, count=MAX_RUNS)]
-    elif kind == "hash":
-        fields = {_text(k): v for k, v in (await client.hgetall(key)).items()}
-        if any(name in fields for name in (*_OUTCOME_FIELDS, *_DURATION_FIELDS, *_STARTED_FIELDS)):
-            raw = [(None, fields)]  # the hash is itself one run's record
-        else:
-            raw = list(fields.items())
-    elif kind == "string":
-        try:
-            value = json.loads(_text(await client.get(key)) or "null")
-        except ValueError:
-            return []
-        raw = [(None, v) for v in (value if isinstance(value, list) else [value])]
-    elif kind in ("zset", "set"):
-        members = await client.zrange(key, -MAX_RUNS, -1) if kind == "zset" else await client.smembers(key)
-        raw, ids = [], []
-        for member in members:
-            if parse_run(member) is not None:
-                raw.append((None, member))
-            else:
-                ids.append(_text(member))
-        if ids:
-            raw += await _runs_by_id(client, key, ids)
-    else:
-        return []
-    return [run for run_id, record in raw if (run := parse_run(record, run_id)) is not None]
+    return number if math.isfinite(number) else None
 
 
 # --------------------------------------------------------------------------- platform collector
@@ -283,7 +145,7 @@ class Snapshot:
     latest_version: int | None = None
     lag_versions: int | None = None
     lag_seconds: float | None = None
-    runs: list[Run] = field(default_factory=list)
+    runs: list[BatchRun] = field(default_factory=list)
     taken_at: float = field(default_factory=time.time)
 
 
@@ -308,7 +170,8 @@ class PlatformCollector(Collector):
         store = getattr(app.state, "store", None)
         if store is not None:
             try:
-                await asyncio.wait_for(self._read_redis(store, snapshot), SCRAPE_TIMEOUT)
+                runs = getattr(app.state, "batch_runs", None)
+                await asyncio.wait_for(self._read_redis(store, runs, snapshot), SCRAPE_TIMEOUT)
             except (RedisError, OSError, asyncio.TimeoutError) as e:
                 log.debug("metrics scrape: Redis did not answer: %s", e)
                 snapshot.redis_up = False
@@ -318,7 +181,7 @@ class PlatformCollector(Collector):
         self.snapshot = snapshot
         return snapshot
 
-    async def _read_redis(self, store: Any, snapshot: Snapshot) -> None:
+    async def _read_redis(self, store: Any, registry: RunRegistry | None, snapshot: Snapshot) -> None:
         client, keys = _client(store), store.keys
         pipe = client.pipeline(transaction=False)
         pipe.hgetall(keys.speed)
@@ -329,12 +192,8 @@ class PlatformCollector(Collector):
         if current is not None:
             snapshot.generation = int(current)
             snapshot.computed_at = _number(await client.hget(keys.meta(snapshot.generation), "computed_at"))
-        try:
-            snapshot.runs = await read_runs(client, f"{keys.prefix}:batch:runs")
-        except (RedisError, OSError):
-            raise
-        except Exception as e:  # noqa: BLE001 - a registry of another shape must not fail the scrape
-            log.debug("metrics scrape: batch-run registry unreadable: %s", e)
+        if registry is not None:  # settles runs left 'running' by a dead scheduler, as every reader does
+            _, snapshot.runs = await asyncio.to_thread(registry.recent, MAX_RUNS)
 
     async def _read_lag(self, clock: Any, snapshot: Snapshot) -> None:
         """Lag behind the master dataset, as ``GET /v1/views`` reports it (``MasterClock.freshness``)."""
@@ -397,7 +256,7 @@ class PlatformCollector(Collector):
         if s.runs:
             yield from self._runs(s.runs)
 
-    def _runs(self, runs: list[Run]) -> Iterator[Metric]:
+    def _runs(self, runs: list[BatchRun]) -> Iterator[Metric]:
         count = GaugeMetricFamily("lambda_batch_runs", "Batch runs in the run registry, by outcome.",
                                   labels=["pipeline", "outcome"])
         duration = GaugeMetricFamily("lambda_batch_last_run_duration_seconds",
@@ -406,23 +265,26 @@ class PlatformCollector(Collector):
         when = GaugeMetricFamily("lambda_batch_last_run_timestamp_seconds",
                                  "When the newest recorded batch run of each outcome finished (or started).",
                                  labels=["pipeline", "outcome"])
-        by_outcome: dict[str, list[Run]] = {}
+        by_outcome: dict[str, list[BatchRun]] = {}
         for run in runs:
-            by_outcome.setdefault(run.outcome, []).append(run)
+            by_outcome.setdefault(run.status, []).append(run)
         for outcome, group in sorted(by_outcome.items()):
             labels = [self.pipeline, outcome]
             count.add_metric(labels, len(group))
-            timed = [r for r in group if r.at is not None]
-            newest = max(timed, key=lambda r: r.at or 0.0) if timed else group[-1]
+            newest = max(group, key=_when)
             if newest.duration is not None:
                 duration.add_metric(labels, newest.duration)
-            if newest.at is not None:
-                when.add_metric(labels, newest.at)
+            when.add_metric(labels, _when(newest))
         yield count
         if duration.samples:
             yield duration
         if when.samples:
             yield when
+
+
+def _when(run: BatchRun) -> float:
+    """When a run finished, else started, else was asked for (epoch seconds)."""
+    return next(t for t in (run.finished_at, run.started_at, run.requested_at) if t is not None)
 
 
 # --------------------------------------------------------------------------- install

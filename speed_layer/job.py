@@ -22,7 +22,6 @@ import logging
 import shutil
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame

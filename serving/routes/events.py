@@ -51,7 +51,7 @@ class IngestAnswer(BaseModel):
 
 _EXAMPLE_TIME = "2024-03-01T09:00:00Z"
 
-DESCRIPTION = f"""
+DESCRIPTION = """
 Appends events to the pipeline's master dataset and answers **202** with how many were accepted
 and the master version holding them. From that version on the speed layer counts them (when it
 runs); a batch run recomputing at or after it includes them.

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from shared_logic.measures import Average, Count, Distinct, Max, Min, Sum
 from shared_logic.pipeline import EventModel, Pipeline

@@ -8,7 +8,6 @@ versions, so the lag the gauges report is known exactly.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from deploy.settings import Settings
 from serving.app import create_app
 from serving.keys import Keys
-from serving.metrics import EVENTS_INGESTED, parse_run, route_template
+from batch_layer.runs import RunRegistry
+from serving.metrics import EVENTS_INGESTED, route_template
 from tests.conftest import ApiServer, free_port
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"
@@ -155,13 +155,22 @@ def test_batch_generation_and_run_registry(api: Callable[..., Any], make_setting
     now = time.time()
     r.set(keys.current, 4)
     r.hset(keys.meta(4), mapping={"computed_at": now - 30, "run_id": "r2", "events": 10})
-    runs = f"{keys.prefix}:batch:runs"
-    r.rpush(runs, *(json.dumps(run) for run in (
-        {"run_id": "r1", "status": "failed", "started_at": now - 100, "finished_at": now - 98.5},
-        {"run_id": "r2", "status": "succeeded", "started_at": now - 40, "finished_at": now - 30},
-        {"run_id": "r0", "status": "succeeded", "started_at": now - 300, "duration_seconds": 12.0},
-        {"run_id": "r3", "status": "running", "started_at": now - 1},
-    )))
+
+    # Runs driven through the real registry: one succeeds, one fails, one is left 'running' by a
+    # scheduler whose lease expires (it reads as failed), one waits in the queue.
+    registry = RunRegistry.from_url(redis_url, "wordcount")
+    started = time.time()
+    for outcome in ("succeeded", "failed"):
+        registry.enqueue()
+        run, _ = registry.claim("owner", lease_seconds=30, queued=True)
+        registry.finish(run.id, outcome)
+    elapsed = time.time() - started
+    registry.enqueue()
+    registry.claim("dead-owner", lease_seconds=0.1, queued=True)
+    time.sleep(0.3)
+    registry.enqueue()
+    registry.close()
+
     p = {"pipeline": "wordcount"}
     with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
         found = scrape(client)
@@ -169,72 +178,11 @@ def test_batch_generation_and_run_registry(api: Callable[..., Any], make_setting
         assert value(found, "lambda_batch_served_computed_at_timestamp_seconds", **p) == pytest.approx(now - 30)
         assert 29 <= value(found, "lambda_batch_served_age_seconds", **p) < 90
         assert value(found, "lambda_speed_lag_versions", **p) == 1  # 5 - generation 4, no speed layer
-        assert value(found, "lambda_batch_runs", **p, outcome="succeeded") == 2
-        assert value(found, "lambda_batch_runs", **p, outcome="failed") == 1
-        assert value(found, "lambda_batch_runs", **p, outcome="running") == 1
-        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == pytest.approx(10)
-        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="failed") == pytest.approx(1.5)
-        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="succeeded") == pytest.approx(now - 30)
-
-        # batch_layer.runs' layout: a sorted set of run ids, each record the hash lp:p:batch:run:{id};
-        # a 'running' run without the lease was left by a dead scheduler and counts as failed
-        r.delete(runs)
-        r.zadd(runs, {"a": now - 60, "b": now - 20, "c": now - 10, "d": now - 2, "e": now - 1})
-        records = {
-            "a": {"status": "succeeded", "requested_at": now - 60, "started_at": now - 59, "finished_at": now - 56},
-            "b": {"status": "failed", "requested_at": now - 20, "started_at": now - 20, "finished_at": now - 18,
-                  "error": "boom"},
-            "c": {"status": "running", "requested_at": now - 10, "started_at": now - 10},  # lease gone
-            "d": {"status": "running", "requested_at": now - 2, "started_at": now - 2},  # holds the lease
-            "e": {"status": "queued", "requested_at": now - 1},
-        }
-        for run_id, record in records.items():
-            r.hset(f"{keys.prefix}:batch:run:{run_id}", mapping={"id": run_id, "trigger": "api", **record})
-        r.set(f"{keys.prefix}:batch:lease", "d")
-        found = scrape(client)
         assert {dict(labels)["outcome"]: v for labels, v in by_name(found, "lambda_batch_runs").items()} == {
-            "succeeded": 1, "failed": 2, "running": 1, "queued": 1}
-        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == pytest.approx(3)
-        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="succeeded") == pytest.approx(now - 56)
-        assert value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="queued") == pytest.approx(now - 1)
-
-        # ids whose records sit beside the set as {key}:{id}, with ISO 8601 times
-        r.delete(runs)
-        r.zadd(runs, {"x1": 1, "x2": 2})
-        r.hset(f"{runs}:x1", mapping={"outcome": "succeeded", "duration_seconds": 3, "finished_at": now - 5})
-        r.hset(f"{runs}:x2", mapping={"outcome": "failed", "started_at": "2024-03-01T10:00:00Z",
-                                      "finished_at": "2024-03-01T10:00:02Z"})
-        found = scrape(client)
-        assert value(found, "lambda_batch_runs", **p, outcome="succeeded") == 1
-        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") == 3
-        assert value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="failed") == 2
-
-        # registries of shapes nobody understands, or none at all, leave the batch-run samples out
-        for shape in (lambda: r.set(runs, "not json"), lambda: r.sadd(runs, "x"), lambda: None):
-            r.delete(runs)
-            shape()
-            found = scrape(client)
-            assert not by_name(found, "lambda_batch_runs")
-            assert value(found, "lambda_batch_served_generation", **p) == 4
-            assert value(found, "lambda_metrics_redis_up", **p) == 1
+            "succeeded": 1, "failed": 2, "queued": 1}
+        assert 0 <= value(found, "lambda_batch_last_run_duration_seconds", **p, outcome="succeeded") <= elapsed
+        assert started <= value(found, "lambda_batch_last_run_timestamp_seconds", **p, outcome="queued") <= time.time()
     r.close()
-
-
-@pytest.mark.parametrize(("record", "outcome", "duration"), [
-    ({"status": "Succeeded", "duration_seconds": "4.5"}, "succeeded", 4.5),
-    ('{"outcome": "failed", "started_at": 10, "finished_at": 12.5}', "failed", 2.5),
-    ({b"state": b"ok", b"elapsed": b"1"}, "ok", 1.0),
-    ({"started_at": 10}, "running", None),
-    ({"finished_at": 10}, "unknown", None),
-])
-def test_parse_run_accepts_common_record_shapes(record: Any, outcome: str, duration: float | None) -> None:
-    run = parse_run(record)
-    assert run is not None and run.outcome == outcome and run.duration == duration
-
-
-@pytest.mark.parametrize("record", ["not json", "[1, 2]", 42, None, b"\xff", {}, {"run_id": "r1"}])
-def test_parse_run_rejects_what_is_not_a_record(record: Any) -> None:
-    assert parse_run(record) is None
 
 
 # --------------------------------------------------------------------------- Redis down
