@@ -210,14 +210,15 @@ end
 """.replace("%(interrupted)s", INTERRUPTED + ": the scheduler running it stopped (its lease expired) before it "
                                           "recorded an outcome; the served generation shows what is served")
 
-# ARGV: P, now, id, trigger, force, keep -> {1, id} admitted, or {0, active id}
+# ARGV: P, now, id, trigger, force, keep -> {1, record} admitted, or {0, the active run's record}
+# (flat HGETALLs read in the same step as the decision, so a conflict names the state that caused it)
 _ENQUEUE = _COMMON + """
 local current = active()
-if current then return {0, current} end
+if current then return {0, redis.call('HGETALL', run_key(current))} end
 local id = ARGV[3]
 create(id, 'queued', ARGV[4], ARGV[5], tonumber(ARGV[6]))
 redis.call('RPUSH', P .. ':queue', id)
-return {1, id}
+return {1, redis.call('HGETALL', run_key(id))}
 """
 
 # ARGV: P, now, owner, lease ms, mode ('queued' | 'new'), new id, trigger, force, keep
@@ -375,13 +376,10 @@ class RunRegistry:
     # --- the API side ---------------------------------------------------------------------------
     def enqueue(self, *, trigger: RunTrigger = "api", force: bool = False) -> BatchRun:
         """Queue a run for a scheduler to pick up; RunConflictError if one is queued or running."""
-        admitted, run_id = self._call("enqueue", new_run_id(), trigger, "1" if force else "0", self.keep)
-        record = self.get(run_id)
+        admitted, values = self._call("enqueue", new_run_id(), trigger, "1" if force else "0", self.keep)
+        record = BatchRun.from_hash(_flat(values))
         if not admitted:
-            if record is None:  # finished and trimmed between the two calls: vanishingly rare
-                return self.enqueue(trigger=trigger, force=force)
             raise RunConflictError(record)
-        assert record is not None
         return record
 
     def get(self, run_id: str) -> BatchRun | None:

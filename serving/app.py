@@ -47,7 +47,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _serving(_: Request, exc: ServingError) -> JSONResponse:
         if exc.status >= 500:
             log.warning("answering %d: %s", exc.status, exc)
-        return _error(exc.status, exc)
+        return _error(exc.status, exc, exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

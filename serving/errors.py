@@ -4,9 +4,14 @@ from __future__ import annotations
 
 
 class ServingError(Exception):
-    """Root of every error raised by serving. ``status`` is the HTTP status it answers with."""
+    """Root of every error raised by serving. ``status`` is the HTTP status it answers with;
+    ``headers`` go with the answer (e.g. ``Location`` of the run a 409 is about)."""
 
     status = 500
+
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.headers = headers
 
 
 class NotFoundError(ServingError):

@@ -165,14 +165,15 @@ def start_run(
     body: Annotated[RunRequest | None, Body(description="Optional: `{\"force\": true}`.")] = None,
 ) -> BatchRunInfo:
     """Queue a recompute of every view; a scheduler process picks it up within a second. Answers 202
-    with the queued run (follow it at `Location`), or 409 when a run is already queued or running.
+    with the queued run (follow it at `Location`), or 409 when a run is already queued or running
+    (`Location` then names that run).
     A run finds nothing to do (and is recorded as skipped) when the master dataset has not changed
     since the served generation, unless `force` is true."""
     force = bool(body and body.force)
     try:
         run = _redis(lambda: runs.enqueue(trigger="api", force=force))
     except RunConflictError as e:
-        raise ConflictError(str(e)) from e
+        raise ConflictError(str(e), headers={"Location": f"{router.prefix}/runs/{e.active.id}"}) from e
     response.headers["Location"] = f"{router.prefix}/runs/{run.id}"
     return _info(runs.pipeline, run)
 

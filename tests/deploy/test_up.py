@@ -64,6 +64,20 @@ def _stop(process: subprocess.Popen[bytes], port: int) -> None:
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
 
 
+def _trigger_recompute(http: httpx.Client) -> str:
+    """POST a forced run (recompute even if nothing changed); while `up`'s own first run is still
+    in flight the answer is 409 naming it (one run at a time), so wait for that one and ask again."""
+    for _ in range(3):
+        run = http.post("/v1/batch/runs", json={"force": True})
+        if run.status_code == 202:
+            return run.json()["id"]
+        assert run.status_code == 409, run.text
+        busy = run.headers["Location"]
+        _wait(lambda: http.get(busy).json()["status"] not in ("queued", "running"),
+              f"run {busy}, which holds the single-flight slot", 240)
+    raise AssertionError(f"no recompute admitted after 3 tries; last answer: {run.text}")
+
+
 def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
     data_dir, port = tmp_path / "data", free_port()
     base = f"http://127.0.0.1:{port}"
@@ -82,9 +96,7 @@ def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
             _wait(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 60)
 
             before = {w: _count(http, w) for w in ("zebra", "quagga", "okapi", "the")}
-            run = http.post("/v1/batch/runs", json={"force": True})  # recompute even if nothing changed
-            assert run.status_code == 202, run.text
-            run_id = run.json()["id"]
+            run_id = _trigger_recompute(http)
             _wait(lambda: http.get(f"/v1/batch/runs/{run_id}").json()["status"] in ("succeeded", "failed", "skipped"),
                   "the triggered recompute", 240)
             assert http.get(f"/v1/batch/runs/{run_id}").json()["status"] == "succeeded"

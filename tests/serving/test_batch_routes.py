@@ -67,6 +67,7 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
         again = client.post("/v1/batch/runs", json={"force": True})
         assert again.status_code == 409, again.text
         assert again.json()["error"] == "ConflictError" and run["id"] in again.json()["detail"]
+        assert again.headers["Location"] == f"/v1/batch/runs/{run['id']}"
 
         done = wait_terminal(client, run["id"])
         assert done["status"] == "succeeded", done
