@@ -25,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from batch_layer.errors import PublishError
-from serving.keys import Keys, encode_field, key_column, window_column
+from serving.keys import EXACT_DISTINCT_MAX, Keys, encode_field, key_column, window_column
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, re
     """Write one view's gold rows into Redis under generation ``generation``; returns rows written.
 
     Key encoding happens in the JVM; the Python workers stream Arrow batches into pipelined
-    ZADD (one call per measure and window per chunk) and PFADD calls, one connection per partition.
+    ZADD and HSET calls (one per measure and window per chunk; distinct values as exact lists)
+    and a PFADD per row only for rows with many distinct values, one connection per partition.
     """
     from pyspark.sql import functions as F
 
@@ -116,10 +117,17 @@ def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk
     for (measure, ws), mapping in scores.items():
         pipe.zadd(keys.scores(spec.generation, spec.view, measure, int(ws) if ws else None), mapping)
     for measure in spec.distinct:
+        exact: dict[str | None, dict[str, str]] = {}
         for key, ws, members in zip(chunk[_KEY], chunk[_WS], chunk[measure]):
-            if members:
-                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, int(ws) if ws else None)),
-                           *members)
+            if not members:
+                continue
+            if len(members) <= EXACT_DISTINCT_MAX:
+                exact.setdefault(ws, {})[key] = json.dumps(members, ensure_ascii=False, separators=(",", ":"))
+            else:
+                window = int(ws) if ws else None
+                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, window)), *members)
+        for ws, mapping in exact.items():
+            pipe.hset(keys.exact(spec.generation, spec.view, measure, int(ws) if ws else None), mapping=mapping)
 
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:

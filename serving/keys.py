@@ -6,7 +6,9 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
     lp:p:g:{G}:meta                           hash: computed_at, run_id, events, rows per view
     lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set: member = key, score = the measure's batch part
-    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a Distinct measure (batch part)
+    lp:p:g:{G}:{view}:e:{measure}[@{ws}]      hash: key -> JSON array of a Distinct measure's values,
+                                              for rows with at most EXACT_DISTINCT_MAX of them (batch part)
+    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a Distinct measure, for larger rows (batch part)
     lp:p:s:{B}:{view}:z:{measure}[@{ws}]      the same for the realtime segment based at B
     lp:p:s:{B}:{view}:d:{measure}:{field}
     lp:p:s:{B}:meta                           hash: processed (last master version fully applied)
@@ -18,6 +20,10 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
 A *key* is the view's key values joined by ``|``. Windowed views keep one sorted set per window
 (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one row of a
 view. Sorted sets hold every scalar part (count, sum, min, max) and give exact top-N directly.
+A batch row's distinct values are kept exactly while they are few (most rows of a fine-grained
+view have a handful): one hash field per row, loaded many rows per command, instead of a
+HyperLogLog key per row. Readers count them exactly, and fold them into a sketch only to merge
+with HyperLogLogs. Realtime segments keep HyperLogLogs.
 Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
 each is loaded beside what is served and dropped whole.
 """
@@ -32,6 +38,8 @@ from pyspark.sql import functions as F
 
 KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
+#: A batch row keeps its distinct values exactly up to this many; above it, as a HyperLogLog.
+EXACT_DISTINCT_MAX = 64
 
 
 def encode_key(key: Sequence[str] | str) -> str:
@@ -125,3 +133,7 @@ class Keys:
 
     def sketch(self, generation: int, view: str, measure: str, field: str) -> str:
         return f"{self.generation_prefix(generation)}:{view}:d:{measure}:{field}"
+
+    def exact(self, generation: int, view: str, measure: str, window_start: int | None = None) -> str:
+        """Hash of the rows' distinct values kept exactly (see ``EXACT_DISTINCT_MAX``)."""
+        return f"{self.generation_prefix(generation)}:{view}:e:{measure}{suffix(window_start)}"

@@ -1,7 +1,7 @@
 """Reads from the serving store (Redis), each one atomic.
 
 A read takes the generation pointer, the batch parts, the realtime segment's parts and the
-HyperLogLog counts in one Lua call, so it never mixes two generations, or a generation with
+distinct counts in one Lua call, so it never mixes two generations, or a generation with
 another generation's segment, even while a batch run flips the pointer.
 """
 
@@ -31,6 +31,9 @@ local meta = redis.call('HMGET', p .. ':g:' .. generation .. ':meta', 'computed_
 """
 
 # ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
+# A batch row's distinct values are an exact list (hash field) or, for larger rows, a HyperLogLog;
+# the realtime part is a HyperLogLog. Exact lists alone are counted exactly; to merge with
+# HyperLogLogs they are folded into a scratch sketch that is neither persisted nor replicated.
 _READ = _HEADER + """
 local i = 3
 local nm = tonumber(ARGV[i]); local measures = {}
@@ -40,8 +43,18 @@ local nd = tonumber(ARGV[i]); local distinct = {}
 for j = 1, nd do distinct[j] = ARGV[i + j] end
 i = i + nd + 1
 local ni = tonumber(ARGV[i])
-local batch, realtime, dbatch, drealtime, dmerged, union = {}, {}, {}, {}, {}, {}
-for j = 1, nd do union[j] = {} end
+local scratch, quiet = p .. ':scratch', false
+local function fold(members, sketches)
+  if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
+  redis.call('DEL', scratch)
+  for t = 1, #members, 1000 do redis.call('PFADD', scratch, unpack(members, t, math.min(t + 999, #members))) end
+  local n = redis.call('PFCOUNT', scratch, unpack(sketches))
+  redis.call('DEL', scratch)
+  return n
+end
+local batch, realtime, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
+local uexact, usketch = {}, {}
+for j = 1, nd do uexact[j] = {}; usketch[j] = {} end
 for k = 1, ni do
   local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
   local b, r, db, dr, dm = {}, {}, {}, {}, {}
@@ -50,19 +63,33 @@ for k = 1, ni do
     r[j] = redis.call('ZSCORE', sp .. ':z:' .. measures[j] .. sfx, key) or ''
   end
   for j = 1, nd do
-    local bk = bp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
     local rk = sp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
-    db[j] = redis.call('PFCOUNT', bk)
-    dr[j] = redis.call('PFCOUNT', rk)
-    dm[j] = redis.call('PFCOUNT', bk, rk)
-    table.insert(union[j], bk)
-    table.insert(union[j], rk)
+    local live = redis.call('EXISTS', rk) == 1
+    dr[j] = live and redis.call('PFCOUNT', rk) or 0
+    if live then table.insert(usketch[j], rk) end
+    local exact = redis.call('HGET', bp .. ':e:' .. distinct[j] .. sfx, key)
+    if exact then
+      local members = cjson.decode(exact)
+      db[j] = #members
+      dm[j] = live and fold(members, {rk}) or #members
+      for _, m in ipairs(members) do uexact[j][m] = true end
+    else
+      local bk = bp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
+      db[j] = redis.call('PFCOUNT', bk)
+      dm[j] = redis.call('PFCOUNT', bk, rk)
+      if db[j] > 0 then table.insert(usketch[j], bk) end
+    end
   end
   batch[k], realtime[k], dbatch[k], drealtime[k], dmerged[k] = b, r, db, dr, dm
 end
 local total = {}
 for j = 1, nd do
-  if ni == 1 then total[j] = dmerged[1][j] else total[j] = redis.call('PFCOUNT', unpack(union[j])) end
+  if ni == 1 then total[j] = dmerged[1][j]
+  else
+    local members = {}
+    for m in pairs(uexact[j]) do members[#members + 1] = m end
+    if #usketch[j] == 0 then total[j] = #members else total[j] = fold(members, usketch[j]) end
+  end
 end
 return {generation, processed, meta, batch, realtime, dbatch, drealtime, dmerged, total}
 """

@@ -94,11 +94,12 @@ class Max(Measure):
 
 @dataclass(frozen=True)
 class Distinct(Measure):
-    """Number of distinct values of a column, kept as a HyperLogLog sketch in Redis.
+    """Number of distinct values of a column.
 
-    The part computed by Spark is the set of values (gold tables keep it, so Redis can be rebuilt);
-    the serving layer keeps a Redis HyperLogLog and merges sketches (``PFCOUNT`` of several keys),
-    so answers are within HyperLogLog's standard error (0.81%) of the exact count.
+    The part computed by Spark is the set of values (gold tables keep it, so Redis can be rebuilt).
+    In Redis a batch row keeps its set exactly while it is small, else as a HyperLogLog; realtime
+    parts are HyperLogLogs. An answer from exact sets alone is exact; one that merges a
+    HyperLogLog is within its standard error (0.81%) of the exact count.
     """
 
     kind: ClassVar[str] = "distinct"
