@@ -25,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from batch_layer.errors import PublishError
-from serving.keys import EXACT_DISTINCT_MAX, Keys, encode_field, key_column, window_column
+from serving.keys import EXACT_DISTINCT_MAX, Keys, encode_field, key_column, row_parts, window_column
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ class _LoadSpec:
 def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, redis_url: str, chunk: int) -> int:
     """Write one view's gold rows into Redis under generation ``generation``; returns rows written.
 
-    Key encoding happens in the JVM; the Python workers stream Arrow batches into pipelined
-    ZADD and HSET calls (one per measure and window per chunk; distinct values as exact lists)
-    and a PFADD per row only for rows with many distinct values, one connection per partition.
+    Key encoding happens in the JVM; the Python workers stream Arrow batches into pipelined HSETs
+    of whole rows (one per window per chunk; layout in ``serving.keys``), plus a PFADD per row
+    only for rows with many distinct values, one connection per partition.
     """
     from pyspark.sql import functions as F
 
@@ -85,6 +85,7 @@ def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, re
         redis_url, pipeline, generation, view.name,
         tuple(m.name for m in view.scalar_measures), tuple(m.name for m in view.distinct_measures), chunk,
     )
+    assert [*spec.scalars, *spec.distinct] == row_parts(view)
     counts = encoded.mapInArrow(functools.partial(_load_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
 
@@ -108,26 +109,23 @@ def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
-    scores: dict[tuple[str, str | None], dict[str, float]] = {}
-    for measure in spec.scalars:
-        values = chunk[measure]
-        for key, ws, value in zip(chunk[_KEY], chunk[_WS], values):
-            if value is not None:
-                scores.setdefault((measure, ws), {})[key] = value
-    for (measure, ws), mapping in scores.items():
-        pipe.zadd(keys.scores(spec.generation, spec.view, measure, int(ws) if ws else None), mapping)
-    for measure in spec.distinct:
-        exact: dict[str | None, dict[str, str]] = {}
-        for key, ws, members in zip(chunk[_KEY], chunk[_WS], chunk[measure]):
-            if not members:
-                continue
+    by_window: dict[str | None, dict[str, str]] = {}
+    scalars = [chunk[m] for m in spec.scalars]
+    distinct = [chunk[m] for m in spec.distinct]
+    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+    for i, (key, ws) in enumerate(zip(chunk[_KEY], chunk[_WS])):
+        parts: list[object] = [column[i] for column in scalars]
+        for measure, column in zip(spec.distinct, distinct):
+            members = column[i] or []
             if len(members) <= EXACT_DISTINCT_MAX:
-                exact.setdefault(ws, {})[key] = json.dumps(members, ensure_ascii=False, separators=(",", ":"))
+                parts.append(members)
             else:
-                window = int(ws) if ws else None
-                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, encode_field(key, window)), *members)
-        for ws, mapping in exact.items():
-            pipe.hset(keys.exact(spec.generation, spec.view, measure, int(ws) if ws else None), mapping=mapping)
+                field = encode_field(key, int(ws) if ws else None)
+                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, field), *members)
+                parts.append(None)
+        by_window.setdefault(ws, {})[key] = dumps(parts)
+    for ws, mapping in by_window.items():
+        pipe.hset(keys.rows(spec.generation, spec.view, int(ws) if ws else None), mapping=mapping)
 
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:

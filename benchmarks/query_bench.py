@@ -24,8 +24,8 @@ settings (reads need no API key on loopback) and the same Redis URL:
      routing, auth dependency, metrics middleware, one atomic Lua read (generation pointer, batch
      and realtime parts, metadata), monoid merge, response model;
   B. ``bare_app()`` in this module, run by ``uvicorn.run`` with the same arguments as
-     ``deploy.cli serve``: ``GET /bare/{word}`` does one ``redis.asyncio`` ZSCORE on the served
-     generation's count sorted set (the same Redis, a client built with the same options) and
+     ``deploy.cli serve``: ``GET /bare/{word}`` does one ``redis.asyncio`` HGET of the word's row
+     in the served generation (the same Redis, a client built with the same options) and
      returns ``{"key", "count"}`` as JSON.
 
 Before measuring, both answers are checked against the counts of the generated lines.
@@ -52,7 +52,7 @@ connects first, then starts on a signal so the CPU figures cover the load only.
    memory only) is measured like 1, one run each: A' = A's route with its sync dependencies made
    async, A'' = A's answer on a plain Starlette route of the same app; then B once more. Then in
    this process, with no HTTP server, one request path at a time is awaited sequentially and timed
-   (wall and CPU per request): the bare ZSCORE, ``ServingStore.read`` (the Lua read),
+   (wall and CPU per request): the bare HGET, ``ServingStore.read`` (the Lua read),
    ``queries.key_answer`` (read + merge + answer model), then both complete ASGI apps, then two
    what-ifs built in memory only (no product file changes): A's app with its sync dependencies
    (``serving.deps.get_store`` / ``get_pipeline``, which FastAPI runs in the thread pool) swapped
@@ -99,7 +99,7 @@ HOST = "127.0.0.1"
 
 
 def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str = VIEW):  # noqa: ANN201 - FastAPI
-    """A bare FastAPI app: ``GET /bare/{key}`` = one ZSCORE on the served generation's count set.
+    """A bare FastAPI app: ``GET /bare/{key}`` = one HGET of the key's row in the served generation.
 
     The generation pointer is read once at startup (the bare endpoint does one Redis read per
     request). The Redis client has the options ``serving.store.ServingStore`` uses.
@@ -124,7 +124,9 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
         generation = await client.get(f"lp:{pipeline}:current")
         if generation is None:
             raise RuntimeError("no generation is published")
-        state["client"], state["zkey"] = client, f"lp:{pipeline}:g:{int(generation)}:{view}:z:count"
+        layout = await client.hget(f"lp:{pipeline}:g:{int(generation)}:meta", f"measures:{view}")
+        state["client"], state["rows"] = client, f"lp:{pipeline}:g:{int(generation)}:{view}:r"
+        state["count"] = json.loads(layout).index("count")
         try:
             yield
         finally:
@@ -134,10 +136,10 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
 
     @app.get("/bare/{key}")
     async def bare(key: str) -> dict[str, Any]:
-        score = await state["client"].zscore(state["zkey"], key)
-        if score is None:
+        row = await state["client"].hget(state["rows"], key)
+        if row is None:
             raise HTTPException(404, f"key {key!r} not found")
-        return {"key": key, "count": int(score)}
+        return {"key": key, "count": int(json.loads(row)[state["count"]])}
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -706,10 +708,10 @@ async def _breakdown(settings: Any, redis_url: str, keys: list[str], n: int, pro
         store = platform.state.store
         view = platform.state.pipeline.view(VIEW)
         generation = int(await store.client.get(store.keys.current))
-        zkey = store.keys.scores(generation, VIEW, "count")
+        rows_key = store.keys.rows(generation, VIEW)
         a_path = f"/v1/views/{VIEW}/keys/"
         steps = [
-            ("zscore", "B's read: redis-py ZSCORE (one round trip)", lambda k: store.client.zscore(zkey, k)),
+            ("zscore", "B's read: redis-py HGET of the row (one round trip)", lambda k: store.client.hget(rows_key, k)),
             ("read", "A's read: ServingStore.read (EVALSHA of the Lua read)",
              lambda k: store.read(VIEW, [(k, None)], ["count"], [])),
             ("answer", "A's answer: queries.key_answer (read + merge + KeyAnswer)",
@@ -728,7 +730,7 @@ async def _breakdown(settings: Any, redis_url: str, keys: list[str], n: int, pro
             wall, cpu[tag] = await _timed(fn, keys, n)
             print(f"  {name:<66} {wall:7.1f} us wall  {cpu[tag]:7.1f} us CPU")
         print(f"  A - B, whole ASGI call: {cpu['A'] - cpu['B']:+.1f} us CPU per request, of which")
-        print(f"    Lua read instead of ZSCORE (client side):            {cpu['read'] - cpu['zscore']:+7.1f} us")
+        print(f"    Lua read instead of HGET (client side):              {cpu['read'] - cpu['zscore']:+7.1f} us")
         print(f"    merge + KeyAnswer model:                             {cpu['answer'] - cpu['read']:+7.1f} us")
         print(f"    FastAPI layer beyond B's (deps, params, auth, response model, metrics middleware): "
               f"{(cpu['A'] - cpu['answer']) - (cpu['B'] - cpu['zscore']):+7.1f} us")

@@ -4,12 +4,15 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
 
     lp:p:current                              generation pointer: the master version G served
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
-    lp:p:g:{G}:meta                           hash: computed_at, run_id, events, rows per view
-    lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set: member = key, score = the measure's batch part
-    lp:p:g:{G}:{view}:e:{measure}[@{ws}]      hash: key -> JSON array of a Distinct measure's values,
-                                              for rows with at most EXACT_DISTINCT_MAX of them (batch part)
-    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a Distinct measure, for larger rows (batch part)
-    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      the same for the realtime segment based at B
+    lp:p:g:{G}:meta                           hash: computed_at, run_id, events; per view its rows and
+                                              ``measures:{view}``, the order of a row's parts (JSON list)
+    lp:p:g:{G}:{view}:r[@{ws}]                hash: key -> the row's batch parts as a JSON array: scalar
+                                              measures, then each distinct measure's values (an array of at
+                                              most EXACT_DISTINCT_MAX), or null when kept as a HyperLogLog
+    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a distinct measure's values, for larger rows
+    lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set ranking the rows by a scalar measure: built from the
+                                              rows hash by the first top-N query that needs it
+    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
     lp:p:s:{B}:{view}:d:{measure}:{field}
     lp:p:s:{B}:meta                           hash: processed (last master version fully applied)
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
@@ -17,13 +20,20 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
     lp:p:speed                                hash: the speed layer's heartbeat and processed version
     lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
 
-A *key* is the view's key values joined by ``|``. Windowed views keep one sorted set per window
-(``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one row of a
-view. Sorted sets hold every scalar part (count, sum, min, max) and give exact top-N directly.
-A batch row's distinct values are kept exactly while they are few (most rows of a fine-grained
-view have a handful): one hash field per row, loaded many rows per command, instead of a
-HyperLogLog key per row. Readers count them exactly, and fold them into a sketch only to merge
-with HyperLogLogs. Realtime segments keep HyperLogLogs.
+A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set)
+per window (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one
+row of a view.
+
+A batch generation is loaded as rows: one hash field per row holding all its parts, many rows
+per HSET; a read is one HGET per row. Rankings (sorted sets) are what costs to load: a row's
+four sorted-set entries took 9x the Redis CPU of its one hash field (679k rows), and a
+fine-grained windowed view has far more (window, measure) rankings than anyone asks for. So
+each is built on first use by the top-N query that needs it (in pages beside it, then renamed
+into place, so Redis is never blocked for long) and kept while the generation is served.
+A row's distinct values are kept exactly while they are few, which most rows of a fine-grained
+view are, and counted exactly; above ``EXACT_DISTINCT_MAX`` they are a HyperLogLog. Realtime
+segments are small: a sorted set per scalar measure (kept up to date by each micro-batch, ready
+for top-N) and a HyperLogLog per row and distinct measure.
 Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
 each is loaded beside what is served and dropped whole.
 """
@@ -35,6 +45,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+
+from shared_logic.views import View
 
 KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
@@ -134,6 +146,11 @@ class Keys:
     def sketch(self, generation: int, view: str, measure: str, field: str) -> str:
         return f"{self.generation_prefix(generation)}:{view}:d:{measure}:{field}"
 
-    def exact(self, generation: int, view: str, measure: str, window_start: int | None = None) -> str:
-        """Hash of the rows' distinct values kept exactly (see ``EXACT_DISTINCT_MAX``)."""
-        return f"{self.generation_prefix(generation)}:{view}:e:{measure}{suffix(window_start)}"
+    def rows(self, generation: int, view: str, window_start: int | None = None) -> str:
+        """Hash of a generation's rows (of one window): key -> JSON array of the parts, in ``row_parts`` order."""
+        return f"{self.generation_prefix(generation)}:{view}:r{suffix(window_start)}"
+
+
+def row_parts(view: View) -> list[str]:
+    """The order of a batch row's parts in Redis: scalar measures, then distinct measures."""
+    return [m.name for m in (*view.scalar_measures, *view.distinct_measures)]

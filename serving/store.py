@@ -7,6 +7,9 @@ another generation's segment, even while a batch run flips the pointer.
 
 from __future__ import annotations
 
+import functools
+import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -31,9 +34,11 @@ local meta = redis.call('HMGET', p .. ':g:' .. generation .. ':meta', 'computed_
 """
 
 # ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
-# A batch row's distinct values are an exact list (hash field) or, for larger rows, a HyperLogLog;
-# the realtime part is a HyperLogLog. Exact lists alone are counted exactly; to merge with
-# HyperLogLogs they are folded into a scratch sketch that is neither persisted nor replicated.
+# The batch part of a row is one hash field (a JSON array, parts in the generation's
+# ``measures:{view}`` order). A distinct measure's batch values are an exact list in it or, for
+# larger rows, a HyperLogLog; the realtime part is a HyperLogLog. Exact lists alone are counted
+# exactly; to merge with HyperLogLogs they are folded into a scratch sketch that is neither
+# persisted nor replicated.
 _READ = _HEADER + """
 local i = 3
 local nm = tonumber(ARGV[i]); local measures = {}
@@ -43,6 +48,9 @@ local nd = tonumber(ARGV[i]); local distinct = {}
 for j = 1, nd do distinct[j] = ARGV[i + j] end
 i = i + nd + 1
 local ni = tonumber(ARGV[i])
+local layout = redis.call('HGET', p .. ':g:' .. generation .. ':meta', 'measures:' .. view) or '[]'
+local position = {}
+if nd > 0 then for pos, name in ipairs(cjson.decode(layout)) do position[name] = pos end end
 local scratch, quiet = p .. ':scratch', false
 local function fold(members, sketches)
   if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
@@ -52,27 +60,25 @@ local function fold(members, sketches)
   redis.call('DEL', scratch)
   return n
 end
-local batch, realtime, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
+local rows, realtime, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
 local uexact, usketch = {}, {}
 for j = 1, nd do uexact[j] = {}; usketch[j] = {} end
 for k = 1, ni do
   local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
-  local b, r, db, dr, dm = {}, {}, {}, {}, {}
-  for j = 1, nm do
-    b[j] = redis.call('ZSCORE', bp .. ':z:' .. measures[j] .. sfx, key) or ''
-    r[j] = redis.call('ZSCORE', sp .. ':z:' .. measures[j] .. sfx, key) or ''
-  end
+  local row = redis.call('HGET', bp .. ':r' .. sfx, key)
+  local r, db, dr, dm = {}, {}, {}, {}
+  for j = 1, nm do r[j] = redis.call('ZSCORE', sp .. ':z:' .. measures[j] .. sfx, key) or '' end
+  local parts = (nd > 0 and row) and cjson.decode(row) or {}
   for j = 1, nd do
     local rk = sp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
     local live = redis.call('EXISTS', rk) == 1
     dr[j] = live and redis.call('PFCOUNT', rk) or 0
     if live then table.insert(usketch[j], rk) end
-    local exact = redis.call('HGET', bp .. ':e:' .. distinct[j] .. sfx, key)
-    if exact then
-      local members = cjson.decode(exact)
-      db[j] = #members
-      dm[j] = live and fold(members, {rk}) or #members
-      for _, m in ipairs(members) do uexact[j][m] = true end
+    local exact = parts[position[distinct[j]] or 0]
+    if type(exact) == 'table' then
+      db[j] = #exact
+      dm[j] = live and fold(exact, {rk}) or #exact
+      for _, m in ipairs(exact) do uexact[j][m] = true end
     else
       local bk = bp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
       db[j] = redis.call('PFCOUNT', bk)
@@ -80,7 +86,7 @@ for k = 1, ni do
       if db[j] > 0 then table.insert(usketch[j], bk) end
     end
   end
-  batch[k], realtime[k], dbatch[k], drealtime[k], dmerged[k] = b, r, db, dr, dm
+  rows[k], realtime[k], dbatch[k], drealtime[k], dmerged[k] = row or '', r, db, dr, dm
 end
 local total = {}
 for j = 1, nd do
@@ -91,14 +97,19 @@ for j = 1, nd do
     if #usketch[j] == 0 then total[j] = #members else total[j] = fold(members, usketch[j]) end
   end
 end
-return {generation, processed, meta, batch, realtime, dbatch, drealtime, dmerged, total}
+return {generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total}
 """
 
-# ARGV: prefix, view, measure, suffix, n. Candidates for an exact top n: every key of the
+# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact top n: every key of the
 # realtime segment (R of them) and the batch's top n + R (+ ties): only realtime keys can change.
+# The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
+# {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
 _TOP = _HEADER + """
 local measure, sfx, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local bz, rz = bp .. ':z:' .. measure .. sfx, sp .. ':z:' .. measure .. sfx
+if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', bp .. ':r' .. sfx) == 1 then
+  return {generation, 'unranked', redis.call('HGET', p .. ':g:' .. generation .. ':meta', 'measures:' .. view) or '[]'}
+end
 local realtime = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
 local want = n + #realtime / 2
 local top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
@@ -110,6 +121,14 @@ end
 local under = {}
 for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
 return {generation, processed, meta, top, realtime, under}
+"""
+
+# KEYS: the ranking's temporary key, the ranking. Installs it unless another request already did.
+_INSTALL_RANKING = """
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('DEL', KEYS[1]); return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RENAME', KEYS[1], KEYS[2])
+return 1
 """
 
 
@@ -150,6 +169,12 @@ class TopRead:
     realtime: dict[str, float]
 
 
+@functools.lru_cache(maxsize=256)
+def _positions(layout: bytes) -> dict[str, int]:
+    """Measure name -> index in a batch row, from the generation's ``measures:{view}`` (JSON list)."""
+    return {name: i for i, name in enumerate(json.loads(layout))}
+
+
 def _num(value: bytes | str) -> float | None:
     return float(value) if value not in (b"", "") else None
 
@@ -181,6 +206,7 @@ class ServingStore:
         )
         self._read = self._client.register_script(_READ)
         self._top = self._client.register_script(_TOP)
+        self._install = self._client.register_script(_INSTALL_RANKING)
 
     @property
     def client(self) -> aioredis.Redis:
@@ -245,26 +271,65 @@ class ServingStore:
         args: list = [self.keys.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
         for key, window_start in items:
             args += [key, suffix(window_start)]
-        generation, processed, meta, batch, realtime, dbatch, drealtime, dmerged, total = await self._call(self._read, args)
+        reply = await self._call(self._read, args)
+        generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
+        positions = _positions(layout)
+        where = [positions.get(m) for m in measures]
 
-        def scalars(rows: list) -> list[dict[str, float | None]]:
-            return [dict(zip(measures, (_num(v) for v in row))) for row in rows]
+        def batch_part(row: bytes) -> dict[str, float | None]:
+            if not row:
+                return dict.fromkeys(measures)
+            parts = json.loads(row)
+            return {m: None if i is None or parts[i] is None else float(parts[i]) for m, i in zip(measures, where)}
 
         def counts(rows: list) -> list[dict[str, int]]:
             return [dict(zip(distinct, (int(c) for c in row))) for row in rows]
 
         return KeyRead(
-            _generation(generation, processed, meta), scalars(batch), scalars(realtime),
+            _generation(generation, processed, meta), [batch_part(r) for r in rows],
+            [dict(zip(measures, (_num(v) for v in row))) for row in realtime],
             counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
         )
 
     async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
         """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts."""
-        generation, processed, meta, top, realtime, under = await self._call(
-            self._top, [self.keys.prefix, view, measure, suffix(window_start), n]
-        )
+        ranked = ""
+        for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
+            reply = await self._call(self._top, [self.keys.prefix, view, measure, suffix(window_start), n, ranked])
+            if not (len(reply) == 3 and reply[1] == b"unranked"):
+                break
+            ranked = reply[0].decode()
+            await self._rank(int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+        else:
+            raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
+        generation, processed, meta, top, realtime, under = reply
         batch = {top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)}
         members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
         batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
         rt = {members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)}
         return TopRead(_generation(generation, processed, meta), batch, rt)
+
+    async def _rank(self, generation: int, view: str, measure: str, window_start: int | None,
+                    position: int | None) -> None:
+        """Build generation ``generation``'s ranking of ``view`` by ``measure`` from its rows hash.
+
+        Built in pages beside the final key and installed with one atomic rename, so Redis is never
+        blocked for long and readers see no half-built ranking. Concurrent first requests may each
+        build one; the first installed wins. A generation dropped meanwhile takes its pieces along.
+        """
+        ranking = self.keys.scores(generation, view, measure, window_start)
+        building = f"{ranking}:building:{uuid.uuid4().hex[:8]}"
+        page: dict[bytes, float] = {}
+        try:
+            async for key, row in self._client.hscan_iter(self.keys.rows(generation, view, window_start), count=2000):
+                value = json.loads(row)[position] if position is not None else None
+                if value is not None:
+                    page[key] = value
+                if len(page) >= 2000:
+                    await self._client.zadd(building, page)
+                    page.clear()
+            if page:
+                await self._client.zadd(building, page)
+            await self._install(keys=[building, ranking])
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e

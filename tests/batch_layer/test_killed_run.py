@@ -76,5 +76,6 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
         f"lp:payments:g:{result.generation}:".encode())}
     assert leftovers == set()
     counts = Counter(str(e["user_id"]) for e in first + second)
-    stored = client.zrange(keys.scores(result.generation, "spend_by_user", "count"), 0, -1, withscores=True)
-    assert {k.decode(): int(v) for k, v in stored} == dict(counts)
+    stored = client.hgetall(keys.rows(result.generation, "spend_by_user"))
+    position = json.loads(client.hget(keys.meta(result.generation), "measures:spend_by_user")).index("count")
+    assert {k.decode(): int(json.loads(v)[position]) for k, v in stored.items()} == dict(counts)
