@@ -100,8 +100,9 @@ end
 return {generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total}
 """
 
-# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact top n: every key of the
-# realtime segment (R of them) and the batch's top n + R (+ ties): only realtime keys can change.
+# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact
+# top n: every key of the realtime segment (R of them) and the batch's top n + R (+ ties): only
+# realtime keys can change.
 # The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
 # {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
 _TOP = _HEADER + """
@@ -123,9 +124,14 @@ for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime
 return {generation, processed, meta, top, realtime, under}
 """
 
-# KEYS: the ranking's temporary key, the ranking. Installs it unless another request already did.
+# KEYS: the ranking's temporary key, the ranking, the generation pointer; ARGV: the generation.
+# Installs it unless another request already did, or the generation is no longer served (a drop
+# may have run mid-build: installing then would leave a ranking no drop will find).
 _INSTALL_RANKING = """
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('DEL', KEYS[1]); return 0 end
+if redis.call('GET', KEYS[3]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('RENAME', KEYS[1], KEYS[2])
 return 1
@@ -330,6 +336,6 @@ class ServingStore:
                     page.clear()
             if page:
                 await self._client.zadd(building, page)
-            await self._install(keys=[building, ranking])
+            await self._install(keys=[building, ranking, self.keys.current], args=[generation])
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
