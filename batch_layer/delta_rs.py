@@ -16,6 +16,7 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 from pyspark.sql.pandas.types import from_arrow_schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from batch_layer.delta_log import read_commit
 from batch_layer.errors import StorageError
 from batch_layer.storage import CommitConflictError, CommittedTransaction
 
@@ -147,9 +148,9 @@ class DeltaRsAppender:
             return None
         start = max(0, app_version if from_version is None else from_version)
         for version in range(start, self._table.version() + 1):
-            info = _commit_with_txn(self.path, version, app_id)
-            if info is not None:
-                return CommittedTransaction(app_id, app_version, version, info)
+            commit = read_commit(self.path, version)
+            if commit is not None and commit.records_transaction(app_id):
+                return CommittedTransaction(app_id, app_version, version, commit.info)
         return CommittedTransaction(app_id, app_version, None, {})
 
 
@@ -170,24 +171,3 @@ def _append(table: DeltaTable, data: pa.Table | pa.RecordBatchReader, txns: Sequ
     # After the write the handle's state is exactly the version this commit landed at,
     # even when other processes commit concurrently (checked against the commit files).
     return table.version()
-
-
-def _commit_with_txn(path: Path, version: int, app_id: str) -> dict[str, object] | None:
-    """The commitInfo of commit ``version`` if it records application transaction ``app_id``."""
-    try:
-        text = (path / "_delta_log" / f"{version:020d}.json").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    if app_id.isascii() and '"' not in app_id and "\\" not in app_id and app_id not in text:
-        return None  # cheap pre-check for ids JSON writes verbatim; the lines below decide
-    info: dict[str, object] = {}
-    found = False
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        if "commitInfo" in action:
-            info = action["commitInfo"]
-        elif action.get("txn", {}).get("appId") == app_id:
-            found = True
-    return info if found else None

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from batch_layer.delta_log import LogHead, read_commit
 
 
 @dataclass(frozen=True)
@@ -25,32 +23,20 @@ class MasterClock:
 
     def __init__(self, path: Path, ttl: float = 0.5) -> None:
         self.path, self.ttl = path, ttl
-        self._table: DeltaTable | None = None
+        self._head = LogHead(path)
         self._read_at = 0.0
         self._lock = asyncio.Lock()
 
     def _latest(self) -> int | None:
-        try:
-            if self._table is None:
-                self._table = DeltaTable(str(self.path))
-            elif time.monotonic() - self._read_at > self.ttl:
-                self._table.update_incremental()
-        except TableNotFoundError:
-            return None
-        self._read_at = time.monotonic()
-        return self._table.version()
+        latest = self._head.version(refresh=time.monotonic() - self._read_at > self.ttl)
+        if latest is not None:
+            self._read_at = time.monotonic()
+        return latest
 
     def commit_time(self, version: int) -> float | None:
-        """Commit timestamp (epoch seconds) of ``version``, from its commitInfo."""
-        try:
-            with (self.path / "_delta_log" / f"{version:020d}.json").open() as log:
-                for line in log:
-                    info = json.loads(line).get("commitInfo")
-                    if info and "timestamp" in info:
-                        return info["timestamp"] / 1000
-        except FileNotFoundError:
-            return None
-        return None
+        """Commit timestamp (epoch seconds) of ``version``, from its commitInfo; None if not in the log."""
+        commit = read_commit(self.path, version)
+        return commit.timestamp if commit is not None else None
 
     async def freshness(self, processed: int | None, served: int | None) -> Freshness:
         async with self._lock:

@@ -22,6 +22,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from batch_layer.delta_log import DeltaLogError, change_feed, newest_version, read_commit
+
 VERSION_COLUMN = "_version"
 SOURCE_NAME = "lambda_master"
 
@@ -87,9 +89,10 @@ class MasterChangesReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def _latest(self) -> int:
-        from deltalake import DeltaTable
-
-        return DeltaTable(self.path).version()
+        latest = newest_version(Path(self.path))
+        if latest is None:
+            raise DeltaLogError(f"no master dataset at {self.path}: the speed layer reads an existing table")
+        return latest
 
     def reportLatestOffset(self) -> dict:
         return {"version": self._latest()}
@@ -128,10 +131,7 @@ class MasterChangesReader(DataSourceStreamReader):
 
 def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Inserted rows of versions ``first..last`` with ``_version``, cast to ``schema``."""
-    from deltalake import DeltaTable
-
-    stream = DeltaTable(path).load_cdf(starting_version=first, ending_version=last)
-    for batch in pa.RecordBatchReader.from_stream(stream):
+    for batch in change_feed(path, first, last):
         # delta-rs yields string_view / uint64 columns: cast to the declared types before any compute.
         inserted = pc.equal(batch.column("_change_type").cast(pa.string()), "insert")
         columns = []
@@ -145,10 +145,7 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
 
 def _rows_in_commit(path: Path, version: int) -> int:
     """Rows a commit adds with data change, from its add actions' statistics (0 for compactions)."""
-    rows = 0
-    with (path / "_delta_log" / f"{version:020d}.json").open() as log:
-        for line in log:
-            add = json.loads(line).get("add")
-            if add and add.get("dataChange", True) and add.get("stats"):
-                rows += json.loads(add["stats"]).get("numRecords", 0)
-    return rows
+    commit = read_commit(path, version)
+    if commit is None:
+        raise DeltaLogError(f"commit {version} of {path} is not in its Delta log: cannot size the micro-batch")
+    return commit.rows_added

@@ -73,3 +73,45 @@ def _normal(row: dict) -> tuple:
         return v
 
     return tuple(sorted((k, value(v)) for k, v in row.items()))
+
+
+SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+
+
+def test_rows_cap_and_rows_over_commits_holding_line_separators(tmp_path: Path) -> None:
+    """The reader's offsets and rows, driven as Spark drives them, over commits whose statistics hold
+    every Unicode line separator (delta-rs writes U+0085, U+2028, U+2029 unescaped)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from speed_layer.source import MasterChangesReader
+
+    pipeline = load_pipeline("wordcount")
+    master = MasterDataset(tmp_path / "master", pipeline, get_engine("delta-rs"))
+    written: Counter = Counter()  # (text, version) -> rows: the oracle
+    rows_per_version: Counter = Counter()
+    for i, sep in enumerate(SEPARATORS):
+        rows = [f"a{sep}b", sep, f"{sep}z"][: 1 + i % 3]
+        version = master.append(pipeline.schema.validate([{"text": t} for t in rows]),
+                                app_id=f"id{sep}", app_version=1, metadata={"note": sep})
+        written.update((t, version) for t in rows)
+        rows_per_version[version] = len(rows)
+    latest = max(rows_per_version)
+
+    cap = 4
+    reader = MasterChangesReader({"path": str(master.path), "schema_json": master_schema_option(master.schema),
+                                  "starting_version": "0", "max_rows_per_trigger": str(cap), "partitions": "2"})
+    limit = reader.getDefaultReadLimit()
+    assert isinstance(limit, ReadMaxRows) and reader.reportLatestOffset() == {"version": latest}
+    streamed: Counter = Counter()
+    start = reader.initialOffset()
+    while start["version"] < latest:
+        end = reader.latestOffset(start, limit)
+        first, last = start["version"] + 1, end["version"]
+        rows = sum(rows_per_version[v] for v in range(first, last + 1))
+        assert last >= first and (rows <= cap or last == first), (first, last, rows)
+        assert last == latest or rows + rows_per_version[last + 1] > cap, "the cap cut a micro-batch short"
+        for partition in reader.partitions(start, end):
+            for batch in reader.read(partition):
+                streamed.update(zip(batch.column("text").to_pylist(), batch.column("_version").to_pylist()))
+        start = end
+    assert streamed == written

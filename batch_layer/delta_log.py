@@ -1,0 +1,150 @@
+"""The one reader of a Delta table's log: its commits, its newest version and its change feed.
+
+A commit file ``_delta_log/<version:020d>.json`` is newline-delimited JSON, one action per line
+(Delta protocol, "Delta Log Entries"). Lines are split on "\\n" only: JSON escapes every control
+character inside strings, but not U+0085, U+2028 or U+2029, and delta-rs writes those unescaped
+(in column statistics, commit metadata, application ids), so ``str.splitlines()`` or any other
+reader of "universal newlines" cuts a line in two. A "\\r" before the "\\n" and blank lines are
+tolerated; bytes are decoded as UTF-8 whatever the locale.
+
+Every module that needs the log reads it here; nothing else opens ``_delta_log`` files. Works for
+any Delta table, whichever engine wrote it (the newest version and the change feed are read
+through delta-rs, which reads every Delta table).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from batch_layer.errors import StorageError
+
+__all__ = ["Commit", "DeltaLogError", "LogHead", "change_feed", "commit_path", "newest_version",
+           "parse_actions", "read_commit"]
+
+
+class DeltaLogError(StorageError):
+    """A commit file of a Delta log is not what the protocol says (not one JSON object per line)."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a Delta table: its version and its actions, in file order."""
+
+    version: int
+    actions: tuple[Mapping[str, Any], ...]
+
+    @property
+    def info(self) -> Mapping[str, Any]:
+        """The commit's ``commitInfo`` (custom metadata included), or empty if it has none."""
+        for action in self.actions:
+            info = action.get("commitInfo")
+            if isinstance(info, Mapping):
+                return info
+        return {}
+
+    @property
+    def timestamp(self) -> float | None:
+        """When the commit was made, epoch seconds (``commitInfo.timestamp``), or None if not recorded."""
+        stamp = self.info.get("timestamp")
+        return stamp / 1000 if isinstance(stamp, (int, float)) else None
+
+    @property
+    def app_transactions(self) -> dict[str, int]:
+        """The application transactions it records: app id -> app version (``txn`` actions)."""
+        txns = (a["txn"] for a in self.actions if isinstance(a.get("txn"), Mapping))
+        return {t["appId"]: t["version"] for t in txns if "appId" in t}
+
+    def records_transaction(self, app_id: str) -> bool:
+        return app_id in self.app_transactions
+
+    @property
+    def rows_added(self) -> int:
+        """Rows its data-changing ``add`` actions hold, from their statistics' ``numRecords``.
+
+        Compaction commits (``dataChange = false``) add 0; a file without statistics counts 0.
+        """
+        rows = 0
+        for action in self.actions:
+            add = action.get("add")
+            if isinstance(add, Mapping) and add.get("dataChange", True) and add.get("stats"):
+                rows += json.loads(add["stats"]).get("numRecords", 0)
+        return rows
+
+
+def commit_path(table: Path, version: int) -> Path:
+    """The commit file of ``version`` in the log of the table at ``table``."""
+    return table / "_delta_log" / f"{version:020d}.json"
+
+
+def read_commit(table: Path, version: int) -> Commit | None:
+    """Commit ``version`` of the table at ``table``; None when its file is not in the log (not
+    committed yet, or cleaned up after the log retention). Raises DeltaLogError on a malformed file."""
+    path = commit_path(table, version)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return Commit(version, tuple(parse_actions(data, source=str(path))))
+
+
+def parse_actions(data: bytes, *, source: str = "commit file") -> list[dict[str, Any]]:
+    """The actions of a commit file's content: one JSON object per "\\n"-terminated line."""
+    actions = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():  # bytes.strip: ASCII whitespace only, so a blank line or a lone "\r"
+            continue
+        try:
+            action = json.loads(line)  # UTF-8 bytes; a trailing "\r" is JSON whitespace
+        except ValueError as e:
+            raise DeltaLogError(f"{source}, line {number}: not a JSON action ({e}); the Delta log is damaged") from e
+        if not isinstance(action, dict):
+            raise DeltaLogError(f"{source}, line {number}: a Delta action must be a JSON object, not {action!r:.40}")
+        actions.append(action)
+    return actions
+
+
+def newest_version(table: Path) -> int | None:
+    """The newest committed version of the table at ``table``, or None when there is no table."""
+    try:
+        return DeltaTable(str(table)).version()
+    except TableNotFoundError:
+        return None
+
+
+class LogHead:
+    """The newest version of one table, kept by one handle that reads only the commits since its
+    last look (cheaper than :func:`newest_version` for a caller that asks again and again).
+    Not thread-safe: one caller at a time."""
+
+    def __init__(self, table: Path) -> None:
+        self.table = table
+        self._handle: DeltaTable | None = None
+
+    def version(self, *, refresh: bool = True) -> int | None:
+        """The newest version (read anew with ``refresh``, else as of the last look); None when there
+        is no table yet."""
+        try:
+            if self._handle is None:
+                self._handle = DeltaTable(str(self.table))
+            elif refresh:
+                self._handle.update_incremental()
+        except TableNotFoundError:
+            return None
+        return self._handle.version()
+
+
+def change_feed(table: Path | str, first: int, last: int) -> Iterator[pa.RecordBatch]:
+    """The change data feed of versions ``first..last`` (both inclusive), as delta-rs gives it:
+    the table's columns plus ``_change_type``, ``_commit_version``, ``_commit_timestamp``, in log
+    order (types as delta-rs yields them, e.g. string_view; cast before compute). Compaction
+    commits carry no change data. Needs ``delta.enableChangeDataFeed`` set at creation."""
+    stream = DeltaTable(str(table)).load_cdf(starting_version=first, ending_version=last)
+    yield from pa.RecordBatchReader.from_stream(stream)
