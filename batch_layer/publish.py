@@ -134,11 +134,16 @@ def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     return client.get(keys.epoch).decode()
 
 
-def begin(client: redis.Redis, keys: Keys, generation: int) -> str:
-    """Record that ``generation`` is being loaded (so a dead run's keys get dropped); returns the epoch."""
-    epoch = ensure_epoch(client, keys)
+def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:
+    """Record that ``generation`` is being loaded (so a dead run's keys get dropped).
+
+    ``epoch`` is the marker the run read before its barrier; raises PublishError at once when
+    Redis lost its data since (the flip would refuse the generation anyway).
+    """
+    if client.get(keys.epoch) != epoch.encode():
+        raise PublishError(f"Redis lost its data after generation {generation} of {keys.pipeline!r} began "
+                           "(its epoch marker changed): nothing was loaded; run the batch again")
     client.sadd(keys.generations, generation)
-    return epoch
 
 
 def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Mapping[str, object]) -> bool:

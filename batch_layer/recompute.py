@@ -4,6 +4,11 @@ Exactness: the run first appends a barrier row and recomputes the snapshot *at t
 version* V, so it covers exactly the rows with ``_version <= V``. The speed layer meets the same
 barrier in the log and counts rows with ``_version > V`` into a realtime segment based at V: the
 two never overlap and leave no gap, without clocks or locks.
+
+Never older: the run reads Redis's epoch marker *before* appending its barrier, and the flip
+checks it. If Redis loses its data anywhere after that, the speed layer may already have served
+versions above V before the loss: the flip is refused, and the next run's barrier (after the
+loss) is newer than anything served.
 """
 
 from __future__ import annotations
@@ -56,11 +61,16 @@ def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, re
     keys = Keys(pipeline.name)
     client = publish.redis_client(redis_url)
 
+    # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may
+    # have served versions above it before the loss, so the flip must refuse this generation. (A
+    # loss between the two is refused too: harmless, the next run publishes.)
+    epoch = publish.ensure_epoch(client, keys)
     generation = master.append_barrier(run_id)
     log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
+    fault_point("after-barrier")
     events = master.snapshot(spark, generation)
     rows = pipeline.transform(events)
-    epoch = publish.begin(client, keys, generation)
+    publish.begin(client, keys, generation, epoch)
 
     view_rows: dict[str, int] = {}
     for view in pipeline.views:

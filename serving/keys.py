@@ -13,11 +13,17 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
     lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set ranking the rows by a scalar measure: built from the
                                               rows hash by the first top-N query that needs it
     lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
-    lp:p:s:{B}:{view}:d:{measure}:{field}
-    lp:p:s:{B}:meta                           hash: processed (last master version fully applied)
+    lp:p:s:{B}:{view}:d:{measure}:{field}     realtime HyperLogLog of a distinct measure, per row
+    lp:p:s:{B}:{view}:u:{measure}[@{ws}]      undo log of the micro-batch in flight: key -> the row's value
+                                              before it ('' = none; distinct measures: '1' = copied to :p:)
+    lp:p:s:{B}:{view}:t:{measure}[@{ws}]      the undo log's tag: end version of the micro-batch that wrote it
+    lp:p:s:{B}:{view}:p:{measure}:{field}     a row's HyperLogLog before the micro-batch in flight touched it
+    lp:p:s:{B}:meta                           hash: processed (last master version fully applied: the commit
+                                              point; rows whose undo tag is above it read their undo value)
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
     lp:p:plan:{query}                         "batch id:bases" of the micro-batch in flight (replays reuse it)
-    lp:p:speed                                hash: the speed layer's heartbeat and processed version
+    lp:p:speed                                hash: the speed layer's heartbeat, processed version, state
+                                              ("running" or why it waits), the version its query started after
     lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
 
 A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set)
@@ -34,6 +40,9 @@ A row's distinct values are kept exactly while they are few, which most rows of 
 view are, and counted exactly; above ``EXACT_DISTINCT_MAX`` they are a HyperLogLog. Realtime
 segments are small: a sorted set per scalar measure (kept up to date by each micro-batch, ready
 for top-N) and a HyperLogLog per row and distinct measure.
+A micro-batch becomes visible at once (see ``speed_layer.segments``): its Lua calls save each row's
+value before they first change it, under the micro-batch's end version, and the driver's one
+MULTI that sets ``processed`` commits them all.
 Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
 each is loaded beside what is served and dropped whole.
 """
@@ -47,6 +56,23 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from shared_logic.views import View
+
+#: The Lua twins of the ``Keys`` names that scripts build per row (a script cannot ask Python); every
+#: script that names a view's keys starts with this. ``vp`` is a generation's or segment's view
+#: prefix (``lp:p:g:{G}:{view}`` / ``lp:p:s:{B}:{view}``); ``sfx`` a window suffix; ``field`` a row.
+LUA_NAMES = """
+local function generation_meta(p, g) return p .. ':g:' .. g .. ':meta' end
+local function segment_meta(p, b) return p .. ':s:' .. b .. ':meta' end
+local function generation_view(p, g, view) return p .. ':g:' .. g .. ':' .. view end
+local function segment_view(p, b, view) return p .. ':s:' .. b .. ':' .. view end
+local function rows_key(vp, sfx) return vp .. ':r' .. sfx end
+local function scores_key(vp, measure, sfx) return vp .. ':z:' .. measure .. sfx end
+local function sketch_key(vp, measure, field) return vp .. ':d:' .. measure .. ':' .. field end
+local function undo_key(vp, measure, sfx) return vp .. ':u:' .. measure .. sfx end
+local function undo_tag_key(vp, measure, sfx) return vp .. ':t:' .. measure .. sfx end
+local function previous_key(vp, measure, field) return vp .. ':p:' .. measure .. ':' .. field end
+local function scratch_key(p) return p .. ':scratch' end
+"""
 
 KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
@@ -134,6 +160,22 @@ class Keys:
     def segment_prefix(self, base: int) -> str:
         return f"{self.prefix}:s:{base}"
 
+    def view_prefix(self, generation: int, view: str) -> str:
+        return f"{self.generation_prefix(generation)}:{view}"
+
+    def segment_view_prefix(self, base: int, view: str) -> str:
+        return f"{self.segment_prefix(base)}:{view}"
+
+    @property
+    def segment_metas(self) -> str:
+        """Pattern matching every segment's meta hash (for SCAN)."""
+        return f"{self.prefix}:s:*:meta"
+
+    @property
+    def scratch(self) -> str:
+        """Scratch HyperLogLog of readers' scripts (never persisted)."""
+        return f"{self.prefix}:scratch"
+
     def meta(self, generation: int) -> str:
         return f"{self.generation_prefix(generation)}:meta"
 
@@ -141,14 +183,32 @@ class Keys:
         return f"{self.segment_prefix(base)}:meta"
 
     def scores(self, generation: int, view: str, measure: str, window_start: int | None = None) -> str:
-        return f"{self.generation_prefix(generation)}:{view}:z:{measure}{suffix(window_start)}"
+        return f"{self.view_prefix(generation, view)}:z:{measure}{suffix(window_start)}"
 
     def sketch(self, generation: int, view: str, measure: str, field: str) -> str:
-        return f"{self.generation_prefix(generation)}:{view}:d:{measure}:{field}"
+        return f"{self.view_prefix(generation, view)}:d:{measure}:{field}"
+
+    def segment_scores(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        return f"{self.segment_view_prefix(base, view)}:z:{measure}{suffix(window_start)}"
+
+    def segment_sketch(self, base: int, view: str, measure: str, field: str) -> str:
+        return f"{self.segment_view_prefix(base, view)}:d:{measure}:{field}"
+
+    def segment_undo(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        """Hash: key -> its value before the micro-batch named by ``segment_undo_tag`` first touched it."""
+        return f"{self.segment_view_prefix(base, view)}:u:{measure}{suffix(window_start)}"
+
+    def segment_undo_tag(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        """The end version of the micro-batch whose undo values ``segment_undo`` holds."""
+        return f"{self.segment_view_prefix(base, view)}:t:{measure}{suffix(window_start)}"
+
+    def segment_previous(self, base: int, view: str, measure: str, field: str) -> str:
+        """A row's distinct-measure sketch as it was before the micro-batch in flight first touched it."""
+        return f"{self.segment_view_prefix(base, view)}:p:{measure}:{field}"
 
     def rows(self, generation: int, view: str, window_start: int | None = None) -> str:
         """Hash of a generation's rows (of one window): key -> JSON array of the parts, in ``row_parts`` order."""
-        return f"{self.generation_prefix(generation)}:{view}:r{suffix(window_start)}"
+        return f"{self.view_prefix(generation, view)}:r{suffix(window_start)}"
 
 
 def row_parts(view: View) -> list[str]:

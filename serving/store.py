@@ -2,7 +2,17 @@
 
 A read takes the generation pointer, the batch parts, the realtime segment's parts and the
 distinct counts in one Lua call, so it never mixes two generations, or a generation with
-another generation's segment, even while a batch run flips the pointer.
+another generation's segment, even while a batch run flips the pointer. It reads the realtime
+segment as of its ``processed`` version, leaving out a micro-batch still being written (see
+``speed_layer.segments``): every answer is exact at the version it names.
+
+Versions never go backwards: a store answers 503 (``UnavailableError``, with the reason) rather
+than at a version lower than the highest it has answered at. That mark lives in the process: a
+restarted API server starts a new one with its first answer. Across restarts the order is kept by
+how versions are made: a generation published after Redis lost its data has its barrier after
+the loss (``batch_layer.recompute`` takes the epoch before the barrier), so it is newer than
+anything served before; only a rebuild from an older state would go back, and the mark catches
+that within a server's life.
 """
 
 from __future__ import annotations
@@ -22,120 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from serving.errors import UnavailableError
 from serving.keys import Keys, suffix
-
-_HEADER = """
-local generation = redis.call('GET', KEYS[1])
-if not generation then return false end
-local p, view = ARGV[1], ARGV[2]
-local bp = p .. ':g:' .. generation .. ':' .. view
-local sp = p .. ':s:' .. generation .. ':' .. view
-local processed = redis.call('HGET', p .. ':s:' .. generation .. ':meta', 'processed') or ''
-local meta = redis.call('HMGET', p .. ':g:' .. generation .. ':meta', 'computed_at', 'run_id', 'events')
-"""
-
-# ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
-# The batch part of a row is one hash field (a JSON array, parts in the generation's
-# ``measures:{view}`` order). A distinct measure's batch values are an exact list in it or, for
-# larger rows, a HyperLogLog; the realtime part is a HyperLogLog. Exact lists alone are counted
-# exactly; to merge with HyperLogLogs they are folded into a scratch sketch that is neither
-# persisted nor replicated.
-_READ = _HEADER + """
-local i = 3
-local nm = tonumber(ARGV[i]); local measures = {}
-for j = 1, nm do measures[j] = ARGV[i + j] end
-i = i + nm + 1
-local nd = tonumber(ARGV[i]); local distinct = {}
-for j = 1, nd do distinct[j] = ARGV[i + j] end
-i = i + nd + 1
-local ni = tonumber(ARGV[i])
-local layout = redis.call('HGET', p .. ':g:' .. generation .. ':meta', 'measures:' .. view) or '[]'
-local position = {}
-if nd > 0 then for pos, name in ipairs(cjson.decode(layout)) do position[name] = pos end end
-local scratch, quiet = p .. ':scratch', false
-local function fold(members, sketches)
-  if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
-  redis.call('DEL', scratch)
-  for t = 1, #members, 1000 do redis.call('PFADD', scratch, unpack(members, t, math.min(t + 999, #members))) end
-  local n = redis.call('PFCOUNT', scratch, unpack(sketches))
-  redis.call('DEL', scratch)
-  return n
-end
-local rows, realtime, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
-local uexact, usketch = {}, {}
-for j = 1, nd do uexact[j] = {}; usketch[j] = {} end
-for k = 1, ni do
-  local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
-  local row = redis.call('HGET', bp .. ':r' .. sfx, key)
-  local r, db, dr, dm = {}, {}, {}, {}
-  for j = 1, nm do r[j] = redis.call('ZSCORE', sp .. ':z:' .. measures[j] .. sfx, key) or '' end
-  local parts = (nd > 0 and row) and cjson.decode(row) or {}
-  for j = 1, nd do
-    local rk = sp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
-    local live = redis.call('EXISTS', rk) == 1
-    dr[j] = live and redis.call('PFCOUNT', rk) or 0
-    if live then table.insert(usketch[j], rk) end
-    local exact = parts[position[distinct[j]] or 0]
-    if type(exact) == 'table' then
-      db[j] = #exact
-      dm[j] = live and fold(exact, {rk}) or #exact
-      for _, m in ipairs(exact) do uexact[j][m] = true end
-    else
-      local bk = bp .. ':d:' .. distinct[j] .. ':' .. key .. sfx
-      db[j] = redis.call('PFCOUNT', bk)
-      dm[j] = redis.call('PFCOUNT', bk, rk)
-      if db[j] > 0 then table.insert(usketch[j], bk) end
-    end
-  end
-  rows[k], realtime[k], dbatch[k], drealtime[k], dmerged[k] = row or '', r, db, dr, dm
-end
-local total = {}
-for j = 1, nd do
-  if ni == 1 then total[j] = dmerged[1][j]
-  else
-    local members = {}
-    for m in pairs(uexact[j]) do members[#members + 1] = m end
-    if #usketch[j] == 0 then total[j] = #members else total[j] = fold(members, usketch[j]) end
-  end
-end
-return {generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total}
-"""
-
-# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact
-# top n: every key of the realtime segment (R of them) and the batch's top n + R (+ ties): only
-# realtime keys can change.
-# The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
-# {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
-_TOP = _HEADER + """
-local measure, sfx, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
-local bz, rz = bp .. ':z:' .. measure .. sfx, sp .. ':z:' .. measure .. sfx
-if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', bp .. ':r' .. sfx) == 1 then
-  return {generation, 'unranked', redis.call('HGET', p .. ':g:' .. generation .. ':meta', 'measures:' .. view) or '[]'}
-end
-local realtime = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
-local want = n + #realtime / 2
-local top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
-if #top / 2 == want and want > 0 then
-  local last = top[#top]
-  local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
-  for t = 1, #ties do top[#top + 1] = ties[t] end
-end
-local under = {}
-for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
-return {generation, processed, meta, top, realtime, under}
-"""
-
-# KEYS: the ranking's temporary key, the ranking, the generation pointer; ARGV: the generation.
-# Installs it unless another request already did, or the generation is no longer served (a drop
-# may have run mid-build: installing then would leave a ranking no drop will find).
-_INSTALL_RANKING = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('DEL', KEYS[1])
-  return 0
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('RENAME', KEYS[1], KEYS[2])
-return 1
-"""
+from serving.read_scripts import INSTALL_RANKING, READ, TOP
 
 
 @dataclass(frozen=True)
@@ -210,9 +107,11 @@ class ServingStore:
             socket_timeout=2.0,
             max_connections=64,
         )
-        self._read = self._client.register_script(_READ)
-        self._top = self._client.register_script(_TOP)
-        self._install = self._client.register_script(_INSTALL_RANKING)
+        self._read = self._client.register_script(READ)
+        self._top = self._client.register_script(TOP)
+        self._install = self._client.register_script(INSTALL_RANKING)
+        #: The highest version this process has answered at (see the module docstring).
+        self._answered = -1
 
     @property
     def client(self) -> aioredis.Redis:
@@ -231,6 +130,18 @@ class ServingStore:
             f"no batch generation of pipeline {self.keys.pipeline!r} is published in Redis "
             "(no batch run yet, or Redis lost its data): run `lambda-platform batch run`"
         )
+
+    def _not_older(self, served: Generation) -> Generation:
+        """``served``, unless it is older than a version already answered at: then 503, saying why."""
+        if served.version < self._answered:
+            raise UnavailableError(
+                f"the serving store of pipeline {self.keys.pipeline!r} holds master version {served.version}, older "
+                f"than version {self._answered} already answered at (Redis lost data, or the speed layer is "
+                "rebuilding its segments): answers resume once it is as new again; retry shortly",
+                headers={"Retry-After": "2"},
+            )
+        self._answered = served.version
+        return served
 
     async def ping(self) -> None:
         try:
@@ -292,7 +203,7 @@ class ServingStore:
             return [dict(zip(distinct, (int(c) for c in row))) for row in rows]
 
         return KeyRead(
-            _generation(generation, processed, meta), [batch_part(r) for r in rows],
+            self._not_older(_generation(generation, processed, meta)), [batch_part(r) for r in rows],
             [dict(zip(measures, (_num(v) for v in row))) for row in realtime],
             counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
         )
@@ -313,7 +224,7 @@ class ServingStore:
         members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
         batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
         rt = {members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)}
-        return TopRead(_generation(generation, processed, meta), batch, rt)
+        return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
 
     async def _rank(self, generation: int, view: str, measure: str, window_start: int | None,
                     position: int | None) -> None:

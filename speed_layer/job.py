@@ -11,7 +11,12 @@ For every micro-batch (a run of master versions, in log order) it:
    growing until the next generation replaces it, and the next one starts at its barrier;
 4. runs the shared ``transform`` and each ``View.aggregate`` on each interval, and writes the
    increments with ``segments.write_increments`` (atomic, guarded, exactly once);
-5. records the version processed in each live segment and in the heartbeat.
+5. records the version processed in each live segment and in the heartbeat: the commit point
+   that makes the whole micro-batch visible to readers at once (``segments``).
+
+A fresh query (no checkpoint, or Redis lost its data) starts after the served generation. When
+none is served it does not start: reading the master into no segment would only be thrown away.
+It waits (``waiting_reason``; the runner heartbeats with the reason) until one is published.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from batch_layer.storage import get_engine
 from serving.keys import Keys
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
+from speed_layer.errors import NothingServedError
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
 
@@ -86,47 +92,70 @@ class SpeedLayer:
         log.info("speed layer for %s running (query %s, checkpoint %s)", self.pipeline.name, self.query_id, self.checkpoint)
         return query
 
+    def _saved_identity(self, epoch: str) -> dict | None:
+        """The checkpoint's identity if the query can resume it (made under this Redis epoch)."""
+        identity = self.checkpoint / _IDENTITY
+        if not identity.exists():
+            return None
+        saved = json.loads(identity.read_text())
+        return saved if saved["epoch"] == epoch else None
+
+    def waiting_reason(self) -> str | None:
+        """Why the query cannot start now (None: it can): a fresh start needs a served generation."""
+        epoch = ensure_epoch(self.client, self.keys)
+        if self._saved_identity(epoch) is not None or served_generation(self.client, self.keys) is not None:
+            return None
+        return ("waiting for a batch generation to be published (none is served: no batch run yet, or Redis lost "
+                "its data); the speed layer starts after it")
+
     def _identity(self) -> int:
         """Resume the query's identity from its checkpoint, or start fresh; returns the starting version.
 
         A fresh start (no checkpoint, or Redis lost its data since the checkpoint was made) drops
-        every realtime segment and starts after the served generation, rebuilding segments from it.
+        every realtime segment and starts after the served generation, rebuilding segments from it;
+        with no generation served it raises NothingServedError (the runner waits for one).
         """
         identity = self.checkpoint / _IDENTITY
         epoch = ensure_epoch(self.client, self.keys)
+        saved = self._saved_identity(epoch)
+        if saved is not None:
+            self.query_id, self.epoch = saved["query"], epoch
+            # Replays must cut the same chunks: keep the layout the query started with.
+            self.partitions, self.chunk = saved["partitions"], saved["chunk"]
+            if (self.partitions, self.chunk) != (self.settings.speed_write_partitions, self.settings.speed_chunk_rows):
+                log.warning("keeping write partitions %d and chunk rows %d of the existing checkpoint; "
+                            "new values apply after a fresh start", self.partitions, self.chunk)
+            return -1  # ignored: Spark resumes from the checkpointed offsets
         if identity.exists():
-            saved = json.loads(identity.read_text())
-            if saved["epoch"] == epoch:
-                self.query_id, self.epoch = saved["query"], epoch
-                # Replays must cut the same chunks: keep the layout the query started with.
-                self.partitions, self.chunk = saved["partitions"], saved["chunk"]
-                if (self.partitions, self.chunk) != (self.settings.speed_write_partitions, self.settings.speed_chunk_rows):
-                    log.warning("keeping write partitions %d and chunk rows %d of the existing checkpoint; "
-                                "new values apply after a fresh start", self.partitions, self.chunk)
-                return -1  # ignored: Spark resumes from the checkpointed offsets
             log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
             shutil.rmtree(self.checkpoint)
         served = served_generation(self.client, self.keys)
+        if served is None:
+            raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
         # Metadata first: a reader must never see a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
-        for meta in self.client.scan_iter(match=f"{self.keys.prefix}:s:*:meta"):
+        for meta in self.client.scan_iter(match=self.keys.segment_metas):
             self.client.unlink(meta)
         for prefix in ("s", "guard", "plan"):
             delete_prefix(self.client, f"{self.keys.prefix}:{prefix}")
-        if served is not None:
-            self.client.sadd(self.keys.segments, served)
+        self.client.sadd(self.keys.segments, served)
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         identity.write_text(json.dumps(
             {"query": self.query_id, "epoch": epoch, "partitions": self.partitions, "chunk": self.chunk}
         ))
-        starting = served if served is not None else 0
-        self.client.hset(self.keys.speed, mapping={"processed": starting, "query": self.query_id})
-        return starting
+        self.client.hset(self.keys.speed, mapping={
+            "processed": served, "query": self.query_id, "state": "running", "started_after": served})
+        return served
 
-    def heartbeat(self) -> None:
-        """Say the speed layer is alive (also when no new versions arrive)."""
-        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id})
+    def epoch_lost(self) -> bool:
+        """True when Redis lost its data since the query started (its epoch marker changed or is gone)."""
+        current = self.client.get(self.keys.epoch)
+        return current is None or current.decode() != self.epoch
+
+    def heartbeat(self, state: str = "running") -> None:
+        """Say the speed layer is alive (also when no new versions arrive), and what it is doing."""
+        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id, "state": state})
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -144,7 +173,7 @@ class SpeedLayer:
         rows = 0
         if bases:
             events = batch.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-            rows = self._apply(events, bases, batch_id)
+            rows = self._apply(events, bases, batch_id, last)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         self._mark_processed(bases, last, batch_id, time.monotonic() - started)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
@@ -174,8 +203,9 @@ class SpeedLayer:
             known.add(served)
         return sorted(b for b in known if served is None or b >= served)
 
-    def _apply(self, events: DataFrame, bases: list[int], batch_id: int) -> int:
-        """Every view's increments for every interval, written in one Spark job."""
+    def _apply(self, events: DataFrame, bases: list[int], batch_id: int, last: int) -> int:
+        """Every view's increments for every interval, written in one Spark job, tagged ``last``:
+        readers leave them out until ``_mark_processed`` commits the micro-batch."""
         encoded = []
         width = (max(len(v.scalar_measures) for v in self.pipeline.views),
                  max(len(v.distinct_measures) for v in self.pipeline.views))
@@ -188,12 +218,13 @@ class SpeedLayer:
             for view in self.pipeline.views:
                 encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width))
         spec = WriteSpec(
-            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, tuple(bases),
+            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, last, tuple(bases),
             {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk,
         )
         return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float) -> None:
+        """The commit point of the micro-batch: its increments become visible, in every segment at once."""
         pipe = self.client.pipeline(transaction=True)
         for base in bases:
             pipe.hset(self.keys.segment_meta(base), mapping={"processed": last, "updated_at": time.time()})

@@ -1,4 +1,5 @@
-"""Running the speed layer as a process: start, stop gracefully on SIGTERM/Ctrl-C, rebuild on data loss."""
+"""Running the speed layer as a process: start, stop gracefully on SIGTERM/Ctrl-C, rebuild on data
+loss, wait while no generation is served."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
+from speed_layer.errors import NothingServedError
 from speed_layer.job import SpeedLayer
 
 if TYPE_CHECKING:
@@ -28,6 +30,18 @@ def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> N
     query.stop()
 
 
+def _wait_until_ready(layer: SpeedLayer, stop: threading.Event) -> bool:
+    """Heartbeat with the reason while the query cannot start; False when stopped meanwhile."""
+    reason = layer.waiting_reason()
+    if reason is not None:
+        log.warning("speed layer of %s: %s", layer.pipeline.name, reason)
+    while reason is not None and not stop.is_set():
+        layer.heartbeat(state=reason)
+        stop.wait(0.5)
+        reason = layer.waiting_reason()
+    return not stop.is_set()
+
+
 def run_speed_layer(
     spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str,
     stop: threading.Event | None = None,
@@ -35,7 +49,8 @@ def run_speed_layer(
     """Run until ``stop`` is set (or SIGTERM/SIGINT when called from the main thread).
 
     When Redis lost its data (epoch changed), the query is restarted from the served generation
-    with fresh segments. Any other failure of the query is raised.
+    with fresh segments; while no generation is served it waits for one, heartbeating with the
+    reason (``state`` in the speed hash). Any other failure of the query is raised.
     """
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -43,13 +58,25 @@ def run_speed_layer(
             signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
         layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
-        query = layer.start()
+        if not _wait_until_ready(layer, stop):
+            return
+        try:
+            query = layer.start()
+        except NothingServedError:
+            continue  # the generation went away again since the wait (Redis lost its data)
+        lost = False
         while not stop.is_set() and query.isActive:
             layer.heartbeat()
+            if layer.epoch_lost():
+                lost = True
+                break
             stop.wait(0.5)
-        if stop.is_set():
+        if stop.is_set() or lost:
             log.info("stopping the speed layer after the micro-batch in flight")
             _stop_after_trigger(query)
+            if lost:
+                log.warning("Redis lost its data under the speed layer; restarting from the served generation")
+                continue
             return
         error = query.exception()
         if error is not None and "EpochChangedError" in str(error):

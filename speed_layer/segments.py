@@ -1,4 +1,4 @@
-"""Writing micro-batch increments into realtime segments, exactly once, from the executors.
+"""Writing micro-batch increments into realtime segments, exactly once and visible at once.
 
 Each chunk of increments is applied by one Lua call that first checks a guard: the highest
 micro-batch id applied for (view, partition, chunk) under this streaming query. Spark replays a
@@ -7,6 +7,31 @@ to a fixed number of partitions and sorted, so a replayed chunk is the same chun
 makes it a no-op. The same call skips segments below the served generation (they are dead), and
 refuses to write at all if Redis's epoch marker is not the one the query started with (Redis
 lost its data: the speed layer must rebuild from the served generation instead).
+
+**A micro-batch becomes visible at once.** Its chunks land in many Lua calls from several
+executors; between two of them a reader would see it half applied. So each call saves a row's
+value before it first changes it in this micro-batch, and readers ignore the change until the
+driver commits the micro-batch:
+
+* A micro-batch's *tag* is its end offset, its highest master version: a replay has the same
+  offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
+  query restarts (a fresh query wipes the segments anyway).
+* Each (segment, view, measure, window) has an *undo log* (hash: key -> value before the
+  micro-batch, '' = none) and its tag (``serving.keys``: ``:u:``, ``:t:``). The first call of a
+  micro-batch to touch a window finds an older tag: that micro-batch is committed (they run one
+  after another, each committed before the next starts), so the log starts over. A key already
+  in the log was touched earlier in this micro-batch (or by the attempt a replay repeats): its
+  saved value stays. Distinct measures COPY the row's HyperLogLog to ``:p:`` (log value '1');
+  the copies go when their log starts over.
+* The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
+  segment's ``processed`` to the tag. A reader (``serving.read_scripts``, one Lua call) reads
+  ``processed`` and takes the logged value of every key in a window whose tag is above it: the
+  answer is exactly the state at ``processed``.
+
+Rejected: increments in a pending area merged at commit (the commit becomes one Lua call as
+long as the micro-batch, blocking readers, and every increment is written twice); one undo
+entry per row with its own tag and no log per window (a top-N read would then scan every row's
+entry, where here it reads one window's log, and only while a micro-batch is in flight).
 """
 
 from __future__ import annotations
@@ -23,10 +48,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from batch_layer.faults import fault_point
 from batch_layer.publish import redis_client
-from serving.keys import Keys, key_column, window_column
+from serving.keys import LUA_NAMES, Keys, key_column, window_column
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
+from speed_layer.errors import EpochChangedError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,24 +63,26 @@ log = logging.getLogger(__name__)
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
-# KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch,
-# n bases, bases..., n scalars, (name, kind)..., n distinct, names..., n rows, then columns of
-# n values each: keys, window suffixes, depths (a row belongs to the lowest `depth` bases), one
-# column per scalar measure ('' = none), one column of member counts per distinct measure; then
-# all members. Parts are folded per sorted set first, then written with one ZMSCORE + one ZADD
-# per sorted set; numbers are formatted %.17g so no digit of a sum is lost. A chunk holds at
-# most MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails midway would
-# leave partial writes that Redis does not roll back.
-_APPLY = """
+# KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag
+# (the micro-batch's end version), n bases, bases..., n scalars, (name, kind)..., n distinct,
+# names..., n rows, then columns of n values each: keys, window suffixes, depths (a row belongs to
+# the lowest `depth` bases), one column per scalar measure ('' = none), one column of member counts
+# per distinct measure; then all members. Parts are folded per sorted set first, then written with
+# one ZMSCORE + one ZADD per sorted set; numbers are formatted %.17g so no digit of a sum is lost.
+# Before a row's value first changes in this micro-batch, its value is saved in the undo log of
+# its (segment, measure, window) under the tag (see the module docstring). A chunk holds at most
+# MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails midway would leave
+# partial writes that Redis does not roll back.
+_APPLY = LUA_NAMES + """
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
 local batch = tonumber(ARGV[4])
 if batch <= tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '-1') then return 0 end
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local p, view = ARGV[1], ARGV[2]
-local i = 6
+local p, view, tag = ARGV[1], ARGV[2], ARGV[6]
+local i = 7
 local nb = tonumber(ARGV[i]); local live = {}
 for j = 1, nb do
-  live[j] = (tonumber(ARGV[i + j]) >= current) and (p .. ':s:' .. ARGV[i + j] .. ':' .. view) or false
+  live[j] = (tonumber(ARGV[i + j]) >= current) and segment_view(p, ARGV[i + j], view) or false
 end
 i = i + nb + 1
 local nm = tonumber(ARGV[i]); local names, kinds = {}, {}
@@ -67,7 +96,25 @@ local K, S, D = i, i + n, i + 2 * n
 local V = i + 3 * n
 local C = V + nm * n
 local M = C + nd * n + 1
-local acc, kind_of = {}, {}
+-- The undo log of (segment view vp, measure, window sfx) for this micro-batch: one left by an
+-- earlier micro-batch is obsolete (that one is committed) and starts over. Returns its name and
+-- whether it is new (then nothing in it is saved yet); `on_drop` sees the obsolete entries.
+local function undo_log(vp, measure, sfx, on_drop)
+  local u, t = undo_key(vp, measure, sfx), undo_tag_key(vp, measure, sfx)
+  if redis.call('GET', t) == tag then return u, false end
+  if on_drop then on_drop(redis.call('HGETALL', u)) end
+  redis.call('DEL', u)
+  redis.call('SET', t, tag)
+  return u, true
+end
+-- Of `members`, those the undo log `u` has no value for yet (all of them when it is new).
+local function unsaved(u, fresh, members)
+  if fresh then return members end
+  local saved, out = redis.call('HMGET', u, unpack(members)), {}
+  for q = 1, #members do if not saved[q] then out[#out + 1] = members[q] end end
+  return out
+end
+local acc, kind_of, where = {}, {}, {}
 for r = 1, n do
   local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
   for s = 1, depth do
@@ -76,9 +123,9 @@ for r = 1, n do
       for j = 1, nm do
         local v = ARGV[V + (j - 1) * n + r]
         if v ~= '' then
-          local z = sp .. ':z:' .. names[j] .. sfx
+          local z = scores_key(sp, names[j], sfx)
           local t = acc[z]
-          if not t then t = {}; acc[z] = t; kind_of[z] = kinds[j] end
+          if not t then t = {}; acc[z] = t; kind_of[z] = kinds[j]; where[z] = {sp, names[j], sfx} end
           local x, old = tonumber(v), t[key]
           if old == nil then t[key] = x
           elseif kinds[j] == 'min' then if x < old then t[key] = x end
@@ -87,6 +134,43 @@ for r = 1, n do
         end
       end
     end
+  end
+end
+-- Distinct measures: first save the sketches this call will touch first in the micro-batch
+-- (a copy, or '' when the row had none), then add the members.
+if nd > 0 then
+  local touched, order = {}, {}
+  for j = 1, nd do
+    for r = 1, n do
+      if tonumber(ARGV[C + (j - 1) * n + r]) > 0 then
+        local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
+        for s = 1, depth do
+          local sp = live[s]
+          if sp then
+            local u = undo_key(sp, dnames[j], sfx)
+            local g = touched[u]
+            if not g then g = {sp, dnames[j], sfx, {}, {}}; touched[u] = g; order[#order + 1] = g end
+            if not g[5][key] then g[5][key] = true; g[4][#g[4] + 1] = key end
+          end
+        end
+      end
+    end
+  end
+  for _, g in ipairs(order) do
+    local sp, measure, sfx, keys = g[1], g[2], g[3], g[4]
+    local u, fresh = undo_log(sp, measure, sfx, function(entries)
+      local stale = {}
+      for q = 1, #entries, 2 do
+        if entries[q + 1] == '1' then stale[#stale + 1] = previous_key(sp, measure, entries[q] .. sfx) end
+      end
+      for q = 1, #stale, 1000 do redis.call('UNLINK', unpack(stale, q, math.min(q + 999, #stale))) end
+    end)
+    local saves = {}
+    for _, key in ipairs(unsaved(u, fresh, keys)) do
+      local copied = redis.call('COPY', sketch_key(sp, measure, key .. sfx), previous_key(sp, measure, key .. sfx), 'REPLACE')
+      saves[#saves + 1] = key; saves[#saves + 1] = (copied == 1) and '1' or ''
+    end
+    if #saves > 0 then redis.call('HSET', u, unpack(saves)) end
   end
 end
 local m = M
@@ -98,7 +182,7 @@ for j = 1, nd do
       for s = 1, depth do
         local sp = live[s]
         if sp then
-          local hll = sp .. ':d:' .. dnames[j] .. ':' .. key .. sfx
+          local hll = sketch_key(sp, dnames[j], key .. sfx)
           for t = 0, c - 1, 1000 do redis.call('PFADD', hll, unpack(ARGV, m + t, m + math.min(t + 999, c - 1))) end
         end
       end
@@ -109,8 +193,17 @@ end
 for z, t in pairs(acc) do
   local kind, members, scores = kind_of[z], {}, {}
   for member, x in pairs(t) do members[#members + 1] = member; scores[#scores + 1] = x end
+  local old = redis.call('ZMSCORE', z, unpack(members))
+  local at = where[z]
+  local u, fresh = undo_log(at[1], at[2], at[3])
+  local first = unsaved(u, fresh, members)
+  if #first > 0 then
+    local was, saves = {}, {}
+    for q = 1, #members do was[members[q]] = old[q] or '' end
+    for q = 1, #first do saves[2 * q - 1] = first[q]; saves[2 * q] = was[first[q]] end
+    redis.call('HSET', u, unpack(saves))
+  end
   if kind == 'count' or kind == 'sum' then
-    local old = redis.call('ZMSCORE', z, unpack(members))
     for q = 1, #members do if old[q] then scores[q] = scores[q] + tonumber(old[q]) end end
   end
   local args = {}
@@ -128,10 +221,6 @@ return 1
 MAX_CHUNK_ROWS = 3_000
 
 
-class EpochChangedError(RuntimeError):
-    """Redis lost its data under the speed layer: its segments must be rebuilt from the served generation."""
-
-
 @dataclass(frozen=True)
 class WriteSpec:
     """What an executor needs to apply one micro-batch's increments (picklable)."""
@@ -141,6 +230,8 @@ class WriteSpec:
     query: str
     epoch: str
     batch_id: int
+    #: The micro-batch's end offset (its highest master version): the same on every replay.
+    tag: int
     bases: tuple[int, ...]
     #: view name -> ((measure name, kind) of scalar measures, names of distinct measures)
     views: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]
@@ -183,7 +274,8 @@ def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> in
 
 def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
     scalars, distinct = spec.views[view]
-    head: list = [keys.prefix, view, "", spec.batch_id, spec.epoch, len(spec.bases), *spec.bases, len(scalars)]
+    head: list = [keys.prefix, view, "", spec.batch_id, spec.epoch, spec.tag, len(spec.bases), *spec.bases,
+                  len(scalars)]
     for name, kind in scalars:
         head += [name, kind]
     return head + [len(distinct), *distinct]
@@ -229,6 +321,7 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
             for lists in member_lists:
                 args += list(itertools.chain.from_iterable(lists))
             _apply_chunk(apply, keys, spec, args, f"{view}:{partition}:{chunk_of[view]}")
+            fault_point("speed-between-chunks")
             chunk_of[view] += 1
             rows += stop - start
     finally:

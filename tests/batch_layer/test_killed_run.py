@@ -1,4 +1,5 @@
-"""A batch run killed midway (SIGKILL at injected points) leaves the served generation untouched.
+"""A batch run killed midway (SIGKILL at injected points) leaves the served generation untouched;
+one that outlives Redis's data (FLUSHALL after its barrier) serves nothing.
 
 Oracle: the Redis content of the served generation captured before the killed run, compared key
 by key afterwards; then a clean run must serve the counts a plain-Python tally of all events gives.
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from batch_layer.errors import PublishError
+from batch_layer.faults import injected
 from batch_layer.master import MasterDataset
 from batch_layer.recompute import run_batch
 from batch_layer.storage import get_engine
@@ -79,3 +82,23 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
     stored = client.hgetall(keys.rows(result.generation, "spend_by_user"))
     position = json.loads(client.hget(keys.meta(result.generation), "measures:spend_by_user")).index("count")
     assert {k.decode(): int(json.loads(v)[position]) for k, v in stored.items()} == dict(counts)
+
+
+def test_redis_losing_its_data_after_the_barrier_refuses_the_flip(spark, make_settings, tmp_path: Path) -> None:
+    """The flip checks the epoch read *before* the barrier: a loss after it must not pass for the run's own epoch."""
+    settings = make_settings(pipeline="payments")
+    pipeline = load_pipeline("payments")
+    master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
+    events = [{"user_id": f"u{i % 3}", "merchant": "m", "amount": i, "event_time": "2026-01-01T00:00:00Z"}
+              for i in range(9)]
+    _ingest(master, tmp_path / "events.jsonl", events)
+    client = redis.Redis.from_url(settings.redis_url)
+    keys = Keys("payments")
+
+    with injected("after-barrier", client.flushall), pytest.raises(PublishError, match="lost its data"):
+        run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
+    assert client.get(keys.current) is None
+    assert list(client.scan_iter(match="lp:payments:g:*")) == []
+
+    result = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)  # the next run publishes
+    assert int(client.get(keys.current)) == result.generation

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,9 +72,10 @@ def _close(got: Any, want: Any, measure: str) -> bool:
     return got == want
 
 
-def assert_exact(base_url: str, settings: Settings, version: int) -> int:
+def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool = False) -> int:
     """Every key of every view (and top-N) answered over HTTP equals the oracle at ``version``.
 
+    Answers must name ``version`` or a later one, or exactly ``version`` when ``named``.
     Returns how many answers were compared.
     """
     events = oracle.read_events(settings.master_path, version)
@@ -86,16 +88,16 @@ def assert_exact(base_url: str, settings: Settings, version: int) -> int:
                 response = http.get(f"/v1/views/{view}/keys/{quote(key, safe='')}", params=params)
                 assert response.status_code == 200, (view, key, window_start, response.text)
                 body = response.json()
-                assert body["version"] >= version, body
+                assert body["version"] == version if named else body["version"] >= version, body
                 for measure, want in measures.items():
                     got = body["value"][measure]
                     assert _close(got, want, measure), (view, key, window_start, measure, got, want, body)
                 compared += 1
-            _assert_top(http, view, rows)
+            _assert_top(http, view, rows, version if named else None)
     return compared
 
 
-def _assert_top(http: httpx.Client, view: str, rows: dict) -> None:  # noqa: ANN001
+def _assert_top(http: httpx.Client, view: str, rows: dict, version: int | None) -> None:  # noqa: ANN001
     all_time = {key: m for (key, ws), m in rows.items() if ws is None}
     if not all_time:
         window = min(ws for _, ws in rows)
@@ -108,9 +110,60 @@ def _assert_top(http: httpx.Client, view: str, rows: dict) -> None:  # noqa: ANN
             continue
         want = sorted(all_time.items(), key=lambda kv: (-kv[1][measure], kv[0]))[:5]
         body = http.get(f"/v1/views/{view}/top", params={**params, "n": 5, "measure": measure}).json()
+        assert version is None or body["version"] == version, body
         assert [e["key"] for e in body["top"]] == [k for k, _ in want], (view, measure, body, want)
         for entry, (_, m) in zip(body["top"], want):
             assert _close(entry["value"], m[measure], measure)
+
+
+def answer_matches(body: dict, expected: dict) -> bool:
+    """An answer's measures (``body["value"]``) equal the oracle's ``expected`` measures of its row."""
+    return all(_close(body["value"][measure], want, measure) for measure, want in expected.items())
+
+
+class VersionedReader:
+    """A thread asking the API for keys while other things happen; each answer is checked afterwards
+    against the oracle at the version it names, and the versions one reader sees never go back."""
+
+    def __init__(self, base_url: str, settings: Settings, items: list[tuple[str, str, int | None]]) -> None:
+        self.base_url, self.settings, self.items = base_url, settings, items
+        self.answers: list[tuple[str, str, int | None, dict]] = []
+        self.unavailable = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="versioned-reader", daemon=True)
+
+    def __enter__(self) -> VersionedReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.base_url, timeout=30) as http:
+            while not self._stop.is_set():
+                for view, key, window_start in self.items:
+                    params = {} if window_start is None else {
+                        "window_start": datetime.fromtimestamp(window_start, tz=timezone.utc).isoformat()}
+                    response = http.get(f"/v1/views/{view}/keys/{quote(key, safe='')}", params=params)
+                    if response.status_code == 503:
+                        self.unavailable += 1
+                    elif response.status_code == 200:
+                        self.answers.append((view, key, window_start, response.json()))
+
+    def check(self) -> int:
+        """Assert every answer against the oracle at its version; returns how many were checked."""
+        versions = [body["version"] for *_, body in self.answers]
+        assert versions == sorted(versions), "an answer named an older version than one before it"
+        oracles: dict[int, dict] = {}
+        for view, key, window_start, body in self.answers:
+            version = body["version"]
+            if version not in oracles:
+                oracles[version] = oracle.views(self.settings.pipeline, oracle.read_events(self.settings.master_path, version))
+            want = oracles[version][view].get((key, window_start))
+            assert want is not None and answer_matches(body, want), (view, key, window_start, body, want)
+        return len(self.answers)
 
 
 @pytest.fixture

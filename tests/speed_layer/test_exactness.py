@@ -19,7 +19,9 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 from deltalake import DeltaTable
 
@@ -29,7 +31,13 @@ from batch_layer.storage import get_engine
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.conftest import RedisServer
-from tests.speed_layer.conftest import assert_exact, processed_version, running_speed_layer, wait_caught_up
+from tests.speed_layer.conftest import (
+    VersionedReader,
+    assert_exact,
+    processed_version,
+    running_speed_layer,
+    wait_caught_up,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,22 +53,65 @@ def _ingest_some(master: MasterDataset, rng: random.Random, n: int) -> None:
     master.append(master.pipeline.schema.validate(events))
 
 
+#: What the readers ask for while things happen: every user, all time and in one hourly window.
+READ_ITEMS = [(view, user, window) for user in oracle.PAYMENT_USERS
+              for view, window in (("spend_by_user", None), ("spend_by_user_hourly", int(START.timestamp()) + 3600))]
+
+
 def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
-    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2)
+    # Small chunks: a micro-batch takes many write calls, so readers often land between two of them.
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3)
     master, rng = _master(settings), random.Random(11)
     _ingest_some(master, rng, 80)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+    with running_speed_layer(spark, settings), api(pipeline="payments") as server:
+        with VersionedReader(server.base_url, settings, READ_ITEMS) as reader:
+            for step in range(14):
+                _ingest_some(master, rng, rng.randint(1, 15))
+                if step in (3, 9):
+                    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+                if step == 6:
+                    DeltaTable(str(settings.master_path)).optimize.compact()
+                time.sleep(rng.uniform(0, 0.3))
+            version = wait_caught_up(settings)
+        assert assert_exact(server.base_url, settings, version) > 50
+    assert reader.check() > 20
+
+
+def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, make_settings, api) -> None:
+    """A micro-batch cut in half (its Python workers die after their first write call) is invisible."""
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=2)
+    master, rng = _master(settings), random.Random(31)
+    _ingest_some(master, rng, 60)
+    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
     with running_speed_layer(spark, settings):
-        for step in range(14):
-            _ingest_some(master, rng, rng.randint(1, 15))
-            if step in (3, 9):
-                run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
-            if step == 6:
-                DeltaTable(str(settings.master_path)).optimize.compact()
-            time.sleep(rng.uniform(0, 0.3))
-        version = wait_caught_up(settings)
+        _ingest_some(master, rng, 30)
+        committed = wait_caught_up(settings)
+    _ingest_some(master, rng, 40)
+    cut = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-between-chunks", "LAMBDA_SPEED_CHUNK_ROWS": "2"})
+    assert cut.wait(300) != 0, "the speed layer survived a write partition dying midway"
+
+    import redis
+
+    client = redis.Redis.from_url(settings.redis_url)
+    speed = client.hgetall("lp:payments:speed")
+    applied = [int(b) for b in client.hvals(f"lp:payments:guard:{speed[b'query'].decode()}")]
+    assert int(speed[b"processed"]) == committed
+    assert max(applied) > int(speed[b"batch_id"]), "no micro-batch was left half applied"
+    latest = DeltaTable(str(settings.master_path)).version()
+    with api(pipeline="payments") as server:
+        assert assert_exact(server.base_url, settings, committed, named=True) > 30
+        later = oracle.views("payments", oracle.read_events(settings.master_path, latest))
+        before = oracle.views("payments", oracle.read_events(settings.master_path, committed))
+        for view, rows in later.items():
+            for key, window_start in rows.keys() - before[view].keys():  # rows only the half-applied batch has
+                params = {} if window_start is None else {"window_start": window_start}
+                assert httpx.get(f"{server.base_url}/v1/views/{view}/keys/{quote(key, safe='')}",
+                                 params=params).status_code == 404, (view, key, window_start)
+    with running_speed_layer(spark, settings):  # the replay completes it: exact, nothing twice
+        assert wait_caught_up(settings) == latest
         with api(pipeline="payments") as server:
-            assert assert_exact(server.base_url, settings, version) > 50
+            assert assert_exact(server.base_url, settings, latest, named=True) > 30
 
 
 def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:  # noqa: ANN001

@@ -1,0 +1,158 @@
+"""A micro-batch becomes visible at once: between two of its write calls a read is exactly the
+state at the version it names (the last committed micro-batch), never half of the one in flight.
+And a store never answers at a version older than one it already answered at.
+
+Two write partitions of one micro-batch are played by two writers with their own guards (the same
+tag, as two Spark partitions of one micro-batch have); reads go through ``ServingStore`` between
+them. The oracle is a plain-Python tally of the rows each state includes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+from pyspark.sql import functions as F
+
+from batch_layer.publish import ensure_epoch
+from serving.errors import UnavailableError
+from serving.keys import Keys, row_parts
+from serving.store import ServingStore
+from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
+from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
+
+VIEW = View("probe", keys=("k",), measures=(Count(), Sum("x"), Min("x"), Max("x"), Distinct("m")),
+            window=TumblingWindow(timedelta(hours=1)))
+T0 = datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc)
+BASE = 10
+SCALARS = ["count", "sum_x", "min_x", "max_x"]
+# (key, x, merchant, minutes after T0)
+COMMITTED = [("a", 5.0, "p", 1), ("a", 1.5, "q", 2), ("b", 2.0, "p", 3), ("c", 9.0, "r", 70)]
+# The next micro-batch, in two write partitions that share rows (key a in the first window).
+FIRST = [("a", 7.0, "s", 4), ("d", 1.0, "p", 5), ("c", 0.5, "t", 75)]
+SECOND = [("a", 0.25, "u", 6), ("b", 3.0, "v", 8), ("e", 4.0, "p", 80)]
+
+
+def _write(spark, redis_url: str, epoch: str, query: str, batch_id: int, tag: int, rows: list) -> None:  # noqa: ANN001
+    frame = spark.createDataFrame(
+        [(k, x, m, T0 + timedelta(minutes=mins)) for k, x, m, mins in rows],
+        "k string, x double, m string, event_time timestamp",
+    )
+    encoded = encode(VIEW.aggregate(frame).withColumn(DEPTH, F.lit(1)), VIEW, (4, 1))
+    spec = WriteSpec(redis_url, "probe", query, epoch, batch_id, tag, (BASE,), {"probe": measure_spec(VIEW)}, 2)
+    write_increments(encoded, spec, partitions=2)
+
+
+def _window(minutes: int) -> int:
+    return int((T0 + timedelta(minutes=minutes)).timestamp()) // 3600 * 3600
+
+
+def _oracle(rows: list) -> dict[tuple[str, int], dict]:
+    tally: dict[tuple[str, int], dict] = {}
+    for k, x, m, mins in rows:
+        row = tally.setdefault((k, _window(mins)), {"x": [], "m": set()})
+        row["x"].append(x)
+        row["m"].add(m)
+    return {item: {"count": len(r["x"]), "sum_x": sum(r["x"]), "min_x": min(r["x"]), "max_x": max(r["x"]),
+                   "distinct_m": len(r["m"])} for item, r in tally.items()}
+
+
+ITEMS = sorted(_oracle(COMMITTED + FIRST + SECOND))
+
+
+async def _read(redis_url: str) -> tuple[int, dict, dict]:
+    """(version named, realtime value of every item that has one, top-N by count per window)."""
+    store = ServingStore(redis_url, "probe")
+    try:
+        return await _read_from(store)
+    finally:
+        await store.close()
+
+
+async def _read_from(store: ServingStore) -> tuple[int, dict, dict]:
+    read = await store.read("probe", ITEMS, SCALARS, ["distinct_m"])
+    values = {}
+    for item, part, distinct in zip(ITEMS, read.realtime, read.distinct_realtime):
+        if part["count"] is not None:
+            values[item] = {**{m: part[m] for m in SCALARS}, **distinct}
+    tops = {}
+    for window in sorted({w for _, w in ITEMS}):
+        top = await store.top("probe", "count", window, 10)
+        assert top.generation.version == read.generation.version
+        tops[window] = top.realtime
+    return read.generation.version, values, tops
+
+
+def _expected(rows: list) -> tuple[dict, dict]:
+    values = _oracle(rows)
+    tops: dict[int, dict] = {w: {} for _, w in ITEMS}
+    for (k, w), measures in values.items():
+        tops[w][k] = measures["count"]
+    return values, tops
+
+
+def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(spark, redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys("probe")
+    epoch = ensure_epoch(client, keys)
+    client.set(keys.current, BASE)
+    client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
+
+    def read() -> tuple[int, dict, dict]:
+        return asyncio.run(_read(redis_url))
+
+    def commit(tag: int) -> None:
+        client.hset(keys.segment_meta(BASE), "processed", tag)
+
+    _write(spark, redis_url, epoch, "q1", 0, 100, COMMITTED)
+    assert read() == (BASE, {}, {w: {} for _, w in ITEMS}), "an uncommitted micro-batch is visible"
+    commit(100)
+    committed = (100, *_expected(COMMITTED))
+    assert read() == committed
+
+    _write(spark, redis_url, epoch, "q1", 1, 200, FIRST)  # the first write partition of micro-batch 1
+    assert read() == committed, "half a micro-batch is visible"
+    _write(spark, redis_url, epoch, "q2", 1, 200, SECOND)  # the second one, touching rows the first did
+    assert read() == committed, "an uncommitted micro-batch is visible"
+    _write(spark, redis_url, epoch, "q1", 1, 200, FIRST)  # a replay of the first: the guard skips it
+    assert read() == committed
+    commit(200)
+    assert read() == (200, *_expected(COMMITTED + FIRST + SECOND))
+
+    # The next micro-batch starts the undo log of each window it touches over, dropping the sketches
+    # saved there for the last one (b's); a window it does not touch keeps its old copies (c's).
+    later = [("a", 1.0, "w", 9)]
+    _write(spark, redis_url, epoch, "q1", 2, 300, later)
+    assert read() == (200, *_expected(COMMITTED + FIRST + SECOND))
+    saved = {k.decode() for k in client.scan_iter(match=f"{keys.segment_prefix(BASE)}:probe:p:*")}
+    assert saved == {keys.segment_previous(BASE, "probe", "distinct_m", f"a@{_window(9)}"),
+                     keys.segment_previous(BASE, "probe", "distinct_m", f"c@{_window(70)}")}
+    commit(300)
+    assert read() == (300, *_expected(COMMITTED + FIRST + SECOND + later))
+
+
+def test_a_store_never_answers_at_a_version_older_than_it_answered_at(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys("probe")
+    client.set(keys.current, BASE)
+    client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
+    client.hset(keys.segment_meta(BASE), "processed", 50)
+
+    async def scenario() -> None:
+        store = ServingStore(redis_url, "probe")
+        try:
+            assert (await store.read("probe", [("a", None)], SCALARS, [])).generation.version == 50
+            client.delete(keys.segment_meta(BASE))  # e.g. the speed layer rebuilding its segments from scratch
+            with pytest.raises(UnavailableError, match="older than version 50"):
+                await store.read("probe", [("a", None)], SCALARS, [])
+            with pytest.raises(UnavailableError, match="older than version 50"):
+                await store.top("probe", "count", None, 5)
+            client.hset(keys.segment_meta(BASE), "processed", 60)  # caught up again
+            assert (await store.top("probe", "count", None, 5)).generation.version == 60
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
