@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from speed_layer.job import SpeedLayer
@@ -20,11 +21,18 @@ log = logging.getLogger(__name__)
 
 
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
-    """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway)."""
-    waited = 0.0
-    while query.isActive and query.status.get("isTriggerActive") and waited < wait_seconds:
-        threading.Event().wait(0.1)
-        waited += 0.1
+    """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway).
+
+    Waits for that one micro-batch only: a query behind keeps its trigger active from batch to batch.
+    """
+    progress = query.lastProgress
+    in_flight = (progress["batchId"] + 1) if progress else 0
+    deadline = time.monotonic() + wait_seconds
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and progress["batchId"] >= in_flight:
+            break
+        time.sleep(0.1)
     query.stop()
 
 
