@@ -111,8 +111,10 @@ def _heap(jvm: psutil.Process) -> tuple[float, float] | None:
     try:
         out = subprocess.run(["jstat", "-gc", str(jvm.pid)], capture_output=True, text=True, timeout=10).stdout
         names, values = out.split("\n")[:2]
-        gc = dict(zip(names.split(), (float(v) for v in values.split())))
     except (ValueError, subprocess.SubprocessError, OSError):
+        return None
+    gc = {name: float(v) for name, v in zip(names.split(), values.split()) if v.replace(".", "", 1).isdigit()}
+    if "OU" not in gc:
         return None
     used = sum(gc.get(k, 0.0) for k in ("S0U", "S1U", "EU", "OU"))
     committed = sum(gc.get(k, 0.0) for k in ("S0C", "S1C", "EC", "OC"))

@@ -71,6 +71,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
         .config("spark.local.dir", str(settings.data_dir.resolve() / "spark-tmp"))
     )
-    spark = _bound_memory(builder).getOrCreate()
+    builder = _bound_memory(builder)  # before any operator-given settings, so those win
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

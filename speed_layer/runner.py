@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from speed_layer.job import SpeedLayer
@@ -27,12 +26,13 @@ def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> N
     """
     progress = query.lastProgress
     in_flight = (progress["batchId"] + 1) if progress else 0
-    deadline = time.monotonic() + wait_seconds
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+    waited = 0.0
+    while query.isActive and query.status.get("isTriggerActive") and waited < wait_seconds:
         progress = query.lastProgress
         if progress and progress["batchId"] >= in_flight:
             break
-        time.sleep(0.1)
+        threading.Event().wait(0.1)
+        waited += 0.1
     query.stop()
 
 
