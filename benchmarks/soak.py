@@ -17,10 +17,11 @@ levelled off when that slope is below 2% of its last value per 10 minutes (or 8 
 With --histogram the top classes of each JVM's heap are printed at the end (`jcmd GC.class_histogram`);
 with --nmt every JVM runs with native memory tracking and its summary is printed too.
 
---restarts N: SIGTERM the speed layer's process N times (the supervisor restarts it) and measure
-the time from the signal to answers being fresh again: the API's answer version at least the
-master version committed when the signal was sent. Phases come from the new process's life: the
-JVM appearing, and the first micro-batch logged.
+--restarts N: kill (--restart-signal KILL, the default) or SIGTERM the speed layer's process N times
+(the supervisor restarts it) and measure the time from the signal to answers being fresh again: the
+API's answer version at least the master version committed when the signal was sent. Phases: the
+old process gone, the new one started, its JVM up, its query started and its first micro-batch
+(both from its log).
 
 Finally `up` gets SIGTERM and the time each child takes to exit is printed, and the whole stop.
 Nothing is asserted; figures are printed. Use a modest --rate on a shared machine.
@@ -194,14 +195,17 @@ class Platform:
         return gone
 
 
-def restart_speed(platform: Platform) -> dict[str, float]:
-    """SIGTERM the speed layer; seconds from the signal to its exit, its successor's JVM, fresh answers."""
+def restart_speed(platform: Platform, sig: signal.Signals) -> dict[str, float]:
+    """Signal the speed layer; seconds from the signal to: its exit, its successor's start, JVM, query
+    started and first micro-batch (from its log), and fresh answers."""
     views = platform.views() or {}
     target = views.get("latest_version") or 0
     old = _parts(platform.up)["speed"]
+    log = platform.data_dir / "logs" / "speed.log"
+    offset = log.stat().st_size if log.exists() else 0
     t0, times = time.monotonic(), {}
-    old.send_signal(signal.SIGTERM)
-    while time.monotonic() - t0 < 600:
+    old.send_signal(sig)
+    while time.monotonic() - t0 < 900:
         now = time.monotonic() - t0
         if "exited" not in times and not _alive(old):
             times["exited"] = now
@@ -210,6 +214,13 @@ def restart_speed(platform: Platform) -> dict[str, float]:
             times.setdefault("started", now)
             if "jvm" not in times and _jvm_of(new) is not None:
                 times["jvm"] = now
+            with log.open("rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+            if "query_started" not in times and " running (query" in text:
+                times["query_started"] = now
+            if "first_batch" not in times and "micro-batch " in text.split(" running (query", 1)[-1]:
+                times["first_batch"] = now
         answer = platform.views() or {}
         versions = [v.get("version") or 0 for v in answer.get("views", [])]
         if "started" in times and versions and min(versions) >= target:
@@ -281,6 +292,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50, help="demo traffic, events per second (50)")
     parser.add_argument("--interval", type=float, default=30, help="seconds between samples (30)")
     parser.add_argument("--restarts", type=int, default=0, help="speed-layer restarts to time after the soak (0)")
+    parser.add_argument("--restart-signal", choices=("KILL", "TERM"), default="KILL",
+                        help="signal for --restarts: KILL (a crash) or TERM (a graceful restart)")
     parser.add_argument("--source", type=Path, default=_ROOT, help="checkout whose code runs (this one)")
     parser.add_argument("--data-dir", type=Path, help="data dir (default: a temporary one, deleted after)")
     parser.add_argument("--histogram", action="store_true", help="print each JVM's top heap classes at the end")
@@ -312,7 +325,10 @@ def main() -> None:
                 f"{k} {v:.0f}" for k, v in sorted(row.items()) if v is not None), flush=True)
             time.sleep(max(0.0, args.interval - (time.monotonic() - t0) % args.interval))
         _jvm_reports(platform, args.histogram, args.nmt)
-        restarts = [restart_speed(platform) for _ in range(args.restarts)]
+        restarts = []
+        for _ in range(args.restarts):
+            restarts.append(restart_speed(platform, signal.Signals[f"SIG{args.restart_signal}"]))
+            time.sleep(30)  # let it settle (the supervisor's backoff grows for a child up less than a minute)
         for i, times in enumerate(restarts, 1):
             print(f"speed restart {i}: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()), flush=True)
         results["restarts"] = restarts

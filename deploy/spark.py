@@ -26,6 +26,9 @@ _MEMORY_CONF = {
     "spark.sql.streaming.ui.retainedQueries": "10",
     "spark.sql.streaming.ui.retainedProgressUpdates": "20",
     "spark.sql.streaming.numRecentProgressUpdates": "20",
+    # File statuses of the master's files, kept across batch runs: up to 250 MB by default, growing with
+    # the file count of an uncompacted master. Re-listing a local table's files is cheap.
+    "spark.sql.hive.filesourcePartitionFileCacheSize": str(32 * 1024 * 1024),
     # A full GC every 5 minutes (not 30): cleans up shuffle files and broadcasts of past micro-batches
     # and lets the heap shrink back after a large batch run.
     "spark.cleaner.periodicGC.interval": "5min",
