@@ -2,29 +2,21 @@
 
     python benchmarks/soak.py --duration 3600 --rate 50            # one hour at 50 events/s
     python benchmarks/soak.py --duration 600 --source /tmp/old     # the same against another checkout
-    python benchmarks/soak.py --duration 300 --restarts 3          # then restart the speed layer 3 times
+    python benchmarks/soak.py --duration 300 --restarts 3          # then kill the speed layer 3 times
 
-Starts `lambda-platform up` (pipeline wordcount, demo traffic at --rate events/s, batch schedule
-at its `up` default) on a temporary data dir and a free port, with the code of --source (default:
-this checkout) first on PYTHONPATH. Every --interval seconds it samples, per part (api, speed,
-scheduler, generator, redis): the RSS of the part's own process, of its Spark driver JVM and of
-the JVM's Python workers (PSS: they share pages), and the JVM heap in use and committed (`jstat -gc`), plus the master
-version and the speed layer's lag as the API reports them.
+Starts `lambda-platform up` (wordcount, demo traffic at --rate, the `up` batch schedule) on a
+temporary data dir and a free port, with the code of --source first on PYTHONPATH. Every
+--interval seconds it samples per part: the RSS of the part's process and of its Spark driver JVM,
+the JVM heap used/committed (`jstat -gc`), the PSS of the JVM's Python workers (they share
+pages), the master version and the speed layer's lag. At the end: the samples, and per column
+first, highest, last and the least-squares slope over the last half (MB per 10 minutes);
+"levelled off" when that slope is under 2% of the last value (or 8 MB). --histogram / --nmt:
+each JVM's top heap classes / native memory summary at the end.
 
-At the end it prints the table of samples, then per column the first, highest and last value
-and the slope over the last half of the run (least squares, MB per 10 minutes): a column has
-levelled off when that slope is below 2% of its last value per 10 minutes (or 8 MB).
-With --histogram the top classes of each JVM's heap are printed at the end (`jcmd GC.class_histogram`);
-with --nmt every JVM runs with native memory tracking and its summary is printed too.
-
---restarts N: kill (--restart-signal KILL, the default) or SIGTERM the speed layer's process N times
-(the supervisor restarts it) and measure the time from the signal to answers being fresh again: the
-API's answer version at least the master version committed when the signal was sent. Phases: the
-old process gone, the new one started, its JVM up, its query started and its first micro-batch
-(both from its log).
-
-Finally `up` gets SIGTERM and the time each child takes to exit is printed, and the whole stop.
-Nothing is asserted; figures are printed. Use a modest --rate on a shared machine.
+--restarts N: kill -9 (or --restart-signal TERM) the speed layer N times and time, from the signal,
+its exit, its successor's start, JVM, query start and first micro-batch (from its log), and fresh
+answers: the API's answer version at least the master version when the signal was sent. Finally
+`up` gets SIGTERM and the time each child takes to exit is printed. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -32,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -110,7 +103,7 @@ def _pss(proc: psutil.Process) -> float:
 def _heap(jvm: psutil.Process) -> tuple[float, float] | None:
     """(used, committed) heap in MB, from jstat -gc; None when the JVM does not answer."""
     try:
-        out = subprocess.run(["jstat", "-gc", str(jvm.pid)], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(["jstat", "-gc", str(jvm.pid)], capture_output=True, text=True, timeout=10, check=False).stdout
         names, values = out.split("\n")[:2]
     except (ValueError, subprocess.SubprocessError, OSError):
         return None
@@ -232,13 +225,14 @@ def restart_speed(platform: Platform, sig: signal.Signals) -> dict[str, float]:
 
 def _disk(folder: Path) -> float:
     """MB of files under ``folder`` (Spark's shuffle and broadcast files)."""
-    total = 0
-    for path in folder.rglob("*"):
-        try:
-            total += path.stat().st_size if path.is_file() else 0
-        except OSError:
-            pass
-    return total / MB
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / MB if folder.exists() else 0.0
+
+
+def _accepted(data_dir: Path) -> int:
+    """Events the demo traffic got acknowledged so far (from its log, written every 10 s)."""
+    log = data_dir / "logs" / "generator.log"
+    counts = re.findall(r"demo traffic: (\d+) events accepted", log.read_text(errors="replace")) if log.exists() else []
+    return int(counts[-1]) if counts else 0
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -280,10 +274,32 @@ def _jvm_reports(platform: Platform, histogram: bool, nmt: bool) -> None:
             continue
         commands = ([["GC.class_histogram"]] if histogram else []) + ([["VM.native_memory", "summary"]] if nmt else [])
         for command in commands:
-            out = subprocess.run(["jcmd", str(jvm.pid), *command], capture_output=True, text=True, timeout=120).stdout
+            out = subprocess.run(["jcmd", str(jvm.pid), *command], capture_output=True, text=True, timeout=120,
+                                 check=False).stdout
             lines = out.splitlines()
             print(f"\n--- {part} JVM (pid {jvm.pid}): jcmd {' '.join(command)}")
             print("\n".join(lines[:22] if command[0] == "GC.class_histogram" else lines[:60]))
+
+
+def _soak(platform: Platform, args: argparse.Namespace, results: dict) -> list[tuple[float, dict]]:
+    """Wait until the platform serves, then sample for ``args.duration`` seconds."""
+    t_ready, samples = time.monotonic(), []
+    platform.wait_ready()
+    print(f"ready after {time.monotonic() - t_ready:.0f}s", flush=True)
+    t0, accepted0 = time.monotonic(), _accepted(platform.data_dir)
+    while time.monotonic() - t0 < args.duration:
+        row = sample(platform.up)
+        views = platform.views() or {}
+        row["master_version"], row["lag_versions"] = views.get("latest_version"), views.get("lag_versions")
+        row["spark_tmp_disk"] = _disk(platform.data_dir / "spark-tmp")
+        samples.append((time.monotonic() - t0, row))
+        print(f"{(time.monotonic() - t0) / 60:5.1f} min  " + "  ".join(
+            f"{k} {v:.0f}" for k, v in sorted(row.items()) if v is not None), flush=True)
+        time.sleep(max(0.0, args.interval - (time.monotonic() - t0) % args.interval))
+    results["achieved_rate"] = (_accepted(platform.data_dir) - accepted0) / (time.monotonic() - t0)
+    print(f"demo traffic acknowledged {results['achieved_rate']:.1f} events/s on average (asked for {args.rate:g})")
+    _jvm_reports(platform, args.histogram, args.nmt)
+    return samples
 
 
 def main() -> None:
@@ -303,7 +319,7 @@ def main() -> None:
 
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="soak-"))
     data_dir.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(args.source), "rev-parse", "--short", "HEAD"], capture_output=True,
+    commit = subprocess.run(["git", "-C", str(args.source), "rev-parse", "--short", "HEAD"], capture_output=True, check=False,
                             text=True).stdout.strip()
     print(f"soak: {args.duration:.0f}s at {args.rate:g} events/s, code {args.source} ({commit or 'not a git checkout'}),"
           f" data {data_dir}", flush=True)
@@ -311,27 +327,12 @@ def main() -> None:
     samples: list[tuple[float, dict]] = []
     results: dict[str, object] = {"rate": args.rate, "source": str(args.source), "commit": commit}
     try:
-        t_ready = time.monotonic()
-        platform.wait_ready()
-        print(f"ready after {time.monotonic() - t_ready:.0f}s", flush=True)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < args.duration:
-            row = sample(platform.up)
-            views = platform.views() or {}
-            row["master_version"], row["lag_versions"] = views.get("latest_version"), views.get("lag_versions")
-            row["spark_tmp_disk"] = _disk(data_dir / "spark-tmp")
-            samples.append((time.monotonic() - t0, row))
-            print(f"{(time.monotonic() - t0) / 60:5.1f} min  " + "  ".join(
-                f"{k} {v:.0f}" for k, v in sorted(row.items()) if v is not None), flush=True)
-            time.sleep(max(0.0, args.interval - (time.monotonic() - t0) % args.interval))
-        _jvm_reports(platform, args.histogram, args.nmt)
-        restarts = []
-        for _ in range(args.restarts):
-            restarts.append(restart_speed(platform, signal.Signals[f"SIG{args.restart_signal}"]))
-            time.sleep(30)  # let it settle (the supervisor's backoff grows for a child up less than a minute)
-        for i, times in enumerate(restarts, 1):
-            print(f"speed restart {i}: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()), flush=True)
-        results["restarts"] = restarts
+        samples.extend(_soak(platform, args, results))
+        for i in range(args.restarts):
+            times = restart_speed(platform, signal.Signals[f"SIG{args.restart_signal}"])
+            print(f"speed restart {i + 1}: " + ", ".join(f"{k} {v:.1f}s" for k, v in times.items()), flush=True)
+            results.setdefault("restarts", []).append(times)  # type: ignore[union-attr]
+            time.sleep(65)  # up for over a minute: the supervisor's backoff is back at 0.5 s
     finally:
         stopped = platform.stop() if platform.proc.poll() is None else {}
         print("stop (SIGTERM to up): " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(stopped.items(),
