@@ -37,7 +37,7 @@ _SLOW_TO_STOP = """
 import signal, sys, time
 def term(*_):
     open({log!r}, 'a').write(f'{name} term {{time.time()}}\\n')
-    time.sleep(1.0)  # finishing its work
+    time.sleep(3.0)  # finishing its work (long enough for the others to be signalled meanwhile)
     open({log!r}, 'a').write(f'{name} exit {{time.time()}}\\n')
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
