@@ -80,7 +80,8 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
 
     if not settings.redis_url and not ping(redis_url):
         settings.redis_dir.mkdir(parents=True, exist_ok=True)
-        redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log")
+        redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log",
+                      stop_last=True)
         supervisor.children.append(redis)
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")

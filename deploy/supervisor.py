@@ -3,11 +3,15 @@
 Each child is a ``lambda-platform`` command (or the embedded Redis server) with its output
 appended to ``DATA_DIR/logs/<name>.log``. A child that exits is restarted after an exponential
 backoff (0.5 s doubling to 30 s, reset once it has stayed up for a minute). ``stop`` ends the
-children in reverse start order: SIGTERM, then SIGKILL after a grace period.
+children in two steps: first every child not marked ``stop_last``, all at once (each finishes its
+own work in parallel, so a stop takes as long as the slowest child, not the sum), then the
+``stop_last`` ones (e.g. Redis, which the others write to until they exit) in reverse start order.
+Each gets SIGTERM, then SIGKILL of its process group after the grace period.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -30,6 +34,8 @@ class Child:
     env: dict[str, str]
     log_path: Path
     restart: bool = True
+    #: Stopped after every other child (something the others need while they stop).
+    stop_last: bool = False
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -51,19 +57,29 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, grace: float) -> None:
+        self.signal_stop()
+        self.wait_stopped(time.monotonic() + grace)
+
+    def signal_stop(self) -> None:
+        """SIGTERM, if running; ``wait_stopped`` then waits for the exit."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, deadline: float) -> None:
+        """Wait for the exit until ``deadline`` (monotonic), then SIGKILL the child's process group."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(grace)
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop within %.0fs; killing it", self.name, grace)
+        try:
+            self.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within the grace period; killing it", self.name)
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+            self.process.wait(10)
         log.info("stopped %s (exit %s)", self.name, self.process.returncode)
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
 
 
 class Supervisor:
@@ -96,5 +112,13 @@ class Supervisor:
                 child.start()
 
     def stop(self, grace: float = 60.0) -> None:
+        """Stop every child: the others all at once, then the ``stop_last`` ones one by one; each within ``grace`` s."""
+        first = [c for c in reversed(self.children) if not c.stop_last]
+        for child in first:
+            child.signal_stop()
+        deadline = time.monotonic() + grace
+        for child in first:
+            child.wait_stopped(deadline)
         for child in reversed(self.children):
-            child.stop(grace)
+            if child.stop_last:
+                child.stop(grace)

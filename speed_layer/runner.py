@@ -22,9 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
-    """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway)."""
+    """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway).
+
+    Waits for that one micro-batch only: a query behind keeps its trigger active from batch to batch.
+    """
+    progress = query.lastProgress
+    in_flight = (progress["batchId"] + 1) if progress else 0
     waited = 0.0
     while query.isActive and query.status.get("isTriggerActive") and waited < wait_seconds:
+        progress = query.lastProgress
+        if progress and progress["batchId"] >= in_flight:
+            break
         threading.Event().wait(0.1)
         waited += 0.1
     query.stop()

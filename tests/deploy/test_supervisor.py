@@ -1,4 +1,4 @@
-"""The supervisor restarts a child that dies, with growing backoff, and stops children in reverse order."""
+"""The supervisor restarts a child that dies, with growing backoff, and stops children together, stop_last ones last."""
 
 from __future__ import annotations
 
@@ -31,3 +31,36 @@ def test_a_dying_child_is_restarted_with_backoff_and_all_stop(tmp_path: Path) ->
     finally:
         supervisor.stop(grace=5)
     assert not steady.running and steady.process.returncode == -15
+
+
+_SLOW_TO_STOP = """
+import signal, sys, time
+def term(*_):
+    open({log!r}, 'a').write(f'{name} term {{time.time()}}\\n')
+    time.sleep(3.0)  # finishing its work (long enough for the others to be signalled meanwhile)
+    open({log!r}, 'a').write(f'{name} exit {{time.time()}}\\n')
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+open({log!r}, 'a').write('{name} up\\n')
+time.sleep(600)
+"""
+
+
+def test_children_stop_together_and_stop_last_ones_after_them(tmp_path: Path) -> None:
+    log = tmp_path / "events"
+    store = Child("store", [sys.executable, "-c", _SLOW_TO_STOP.format(log=str(log), name="store")],
+                  dict(os.environ), tmp_path / "store.log", stop_last=True)
+    workers = [_child(name, _SLOW_TO_STOP.format(log=str(log), name=name), tmp_path) for name in ("a", "b", "c")]
+    supervisor = Supervisor([store, *workers])
+    supervisor.start()
+    deadline = time.monotonic() + 20
+    while (log.read_text().count(" up") if log.exists() else 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    supervisor.stop(grace=20)
+    events = {(name, what): float(at) for name, what, at in (line.split() for line in log.read_text().splitlines()
+                                                            if not line.endswith(" up"))}
+    first_exit = min(events[(name, "exit")] for name in ("a", "b", "c"))
+    assert all(events[(name, "term")] < first_exit for name in ("a", "b", "c")), "workers were stopped one by one"
+    assert events[("store", "term")] > max(events[(name, "exit")] for name in ("a", "b", "c")), \
+        "the stop_last child was stopped before the others had exited"
+    assert all(c.process.returncode == 0 for c in (store, *workers))
