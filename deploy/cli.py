@@ -229,10 +229,10 @@ def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     from deploy.status import platform_status
 
-    settings, key = with_api_keys(settings, create=False)
+    settings, _ = with_api_keys(settings, create=False)
     reads = next((k for k, scopes in (settings.api_keys or {}).items() if "read" in scopes), None)
     with progress("probing every part"):
-        status = platform_status(settings, reads or key)
+        status = platform_status(settings, reads)
     if args.json:
         out.print_json(json.dumps(status.as_json()))
     else:

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     @field_validator("batch_schedule")
     @classmethod
     def _check_schedule(cls, value: str | None) -> str | None:
-        from deploy.scheduler import check_schedule
+        from deploy.schedule import check_schedule
 
         check_schedule(value or None)
         return value or None
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     @field_validator("master_compact_every")
     @classmethod
     def _check_compact_every(cls, value: str | None) -> str | None:
-        from deploy.scheduler import check_schedule
+        from deploy.schedule import check_schedule
 
         if value is None or value.strip().lower() in ("", "off", "0", "never"):
             return None
