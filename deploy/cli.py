@@ -295,7 +295,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - report it; the traceback when asked for (or in a service's log)
         if args.verbose or not one_shot:
             log.exception("%s failed", command)
-        _report(Exception(f"{type(e).__name__}: {e}" + ("" if args.verbose else " (-v shows the traceback)")))
+        hint = " (-v shows the traceback)" if one_shot and not args.verbose else ""
+        _report(Exception(f"{type(e).__name__}: {e}{hint}"))
         return EXIT_FAILED
 
 
