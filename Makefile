@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench clean help
+.PHONY: install run status test test-fast bench clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -17,8 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+install: $(STAMP)  ## create .venv and install; then `source .venv/bin/activate` puts lambda-platform on PATH
+	@echo "installed: run '$(BIN)/lambda-platform --help', or 'source $(BIN)/activate' first to call lambda-platform"
+
 run: $(STAMP)  ## set up and start the platform on its embedded defaults
 	$(BIN)/lambda-platform up
+
+status: $(STAMP)  ## each part of the platform on ./data: up or down (exit 1 when it is not serving)
+	$(BIN)/lambda-platform status
 
 test: $(STAMP)  ## set up and run every test tier
 	$(BIN)/python -m pytest -q
@@ -31,6 +37,7 @@ bench: $(STAMP)  ## list the benchmarks (each takes minutes and prints ratios ag
 	@echo "speed layer:      $(BIN)/python benchmarks/speed_layer_bench.py freshness | throughput --users 1000"
 	@echo "HTTP ingest:      $(BIN)/python benchmarks/ingest_bench.py --help"
 	@echo "key reads:        $(BIN)/python benchmarks/query_bench.py --help"
+	@echo "ingest after demo: $(BIN)/python benchmarks/ingest_after_demo.py --help"
 	@echo "(see benchmarks/README.md)"
 
 clean:  ## remove the virtualenv and local data

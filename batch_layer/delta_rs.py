@@ -18,7 +18,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 
 from batch_layer.delta_log import read_commit
 from batch_layer.errors import StorageError
-from batch_layer.storage import CommitConflictError, CommittedTransaction
+from batch_layer.storage import CommitConflictError, CommittedTransaction, CompactionResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -103,6 +103,23 @@ class DeltaRsEngine:
             return DeltaTable(str(path), version=version)
         except TableNotFoundError as e:
             raise StorageError(f"no Delta table at {path}") from e
+
+    def compact(self, path: Path, *, target_size: int | None = None,
+                metadata: Mapping[str, str] | None = None) -> CompactionResult:
+        """OPTIMIZE (bin-packing compaction) in one commit that changes no data (``dataChange = false``).
+
+        Concurrent appends are fine: compaction only rewrites files it read and conflicts with no
+        append. Files of ``target_size`` (default ``delta.targetFileSize``, else 100 MB) or more
+        are left alone; nothing to compact commits nothing (``version`` None).
+        """
+        table = self._open(path)
+        props = CommitProperties(custom_metadata=dict(metadata or {}))
+        try:
+            metrics = table.optimize.compact(target_size=target_size, commit_properties=props)
+        except DeltaError as e:
+            raise StorageError(f"cannot compact the Delta table at {path}: {e}") from e
+        removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+        return CompactionResult(table.version() if removed else None, removed, added)
 
 
 class DeltaRsAppender:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
-from batch_layer.storage import Appender, StorageEngine
+from batch_layer.storage import Appender, CompactionResult, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
@@ -58,6 +58,26 @@ class MasterDataset:
         if version is None:
             raise EmptyMasterError(f"no master dataset at {self.path} yet: ingest events first (`lambda-platform ingest FILE`)")
         return version
+
+    def holds_data(self) -> bool:
+        """True once anything was appended; a missing table, or one just created (version 0, the
+        creating commit, holds no rows), holds nothing to recompute."""
+        version = self.engine.latest_version(self.path)
+        return version is not None and version > 0
+
+    def compact(self) -> CompactionResult:
+        """Rewrite the table's small files into large ones (OPTIMIZE), in one commit that changes no data.
+
+        Rows, versions and every snapshot stay as they were: the commit is ``dataChange = false``,
+        so the speed layer's change feed skips it, and time travel to older versions still reads
+        the old files. Safe while ingest appends. Its result's ``version`` is None when there was
+        nothing to compact.
+        """
+        result = self.engine.compact(self.path, metadata={"lambda.compaction": "master"})
+        if result.version is not None:
+            log.info("master dataset compacted at version %d: %d files into %d", result.version,
+                     result.files_removed, result.files_added)
+        return result
 
     def append(self, events: pa.Table | pa.RecordBatchReader, **txn: object) -> int:
         """Append already-validated events in one commit; returns the master version holding them.

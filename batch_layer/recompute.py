@@ -48,14 +48,15 @@ class BatchRunResult:
     flipped: bool = True
 
 
-def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str) -> BatchRunResult:
+def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str,
+              run_id: str | None = None) -> BatchRunResult:
     """Recompute every view of ``pipeline`` and serve the result as a new generation.
 
     Guarantees: the served generation changes only in the final atomic flip; a run that fails or
     is killed before it leaves what was served, and the gold tables' current content, untouched.
     """
     started = time.monotonic()
-    run_id = uuid.uuid4().hex[:12]
+    run_id = run_id or uuid.uuid4().hex[:12]  # the scheduler passes its run's id: one id per run
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_path, pipeline, engine)
     keys = Keys(pipeline.name)

@@ -40,6 +40,15 @@ class CommittedTransaction:
     commit_info: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CompactionResult:
+    """What a compaction did: the version of its commit (None: nothing to compact), files removed and added."""
+
+    version: int | None
+    files_removed: int
+    files_added: int
+
+
 class Appender(Protocol):
     """A long-lived writer for one table that keeps the table's state between commits.
 
@@ -106,6 +115,11 @@ class StorageEngine(Protocol):
         Idempotent per (app_id, app_version): returns None, committing nothing, when that
         transaction is already in the log.
         """
+
+    def compact(self, path: Path, *, target_size: int | None = None,
+                metadata: Mapping[str, str] | None = None) -> CompactionResult:
+        """Rewrite small files into larger ones in one commit that changes no data (``dataChange = false``,
+        so change-feed readers skip it); safe alongside concurrent appends."""
 
 
 def get_engine(name: str) -> StorageEngine:

@@ -16,27 +16,27 @@ override them for one command.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rich.console import Console
-from rich.logging import RichHandler
 from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
+from deploy.console import configure_logging, console, out, progress
 from deploy.errors import DeployError
-from deploy.settings import Settings, load_settings
+from deploy.settings import Settings, load_settings, private_dir, with_api_keys
 from shared_logic.errors import SharedLogicError
 
 log = logging.getLogger("lambda_platform")
-console = Console(stderr=True, soft_wrap=True)
-out = Console(soft_wrap=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: Commands that do one thing and print its result (the rest run until stopped).
+_ONE_SHOT = {"ingest", "batch run", "status"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,13 +93,19 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--no-generate", action="store_true", help="no demo traffic")
     up.set_defaults(handler=_cmd_up)
 
-    status = sub.add_parser("status", help="each part: up or down, versions, lag, last batch run")
+    status = sub.add_parser(
+        "status", help="each part: up or down, versions, lag, last batch run; exit 1 when not serving",
+        description="Show every part of the pipeline's platform as up or down: master dataset, Redis, batch "
+                    "layer, speed layer, API, scheduler, last batch run. Exit status 0 when the platform is "
+                    "serving (Redis up, a generation published, the API ready for this pipeline), else 1.")
     _http_options(status, "probe the API at")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     status.set_defaults(handler=_cmd_status)
 
     generate = sub.add_parser("generate", help="demo traffic: post sample events to the API at a steady rate",
                               description="Post events of the pipeline's samples to POST /v1/events until Ctrl-C. "
-                                          "Uses the API key from LAMBDA_API_KEYS (first key with 'ingest').")
+                                          "Uses the first key with 'ingest' from LAMBDA_API_KEYS, or when that "
+                                          "is unset the data dir's local key (DATA_DIR/local_api_key).")
     generate.add_argument("--rate", type=float, help="events per second (LAMBDA_GENERATE_RATE)")
     _http_options(generate, "post to the API at")
     generate.set_defaults(handler=_cmd_generate)
@@ -131,7 +137,8 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from shared_logic.registry import load_pipeline
 
     master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
-    result = master.ingest_file(args.file)
+    with progress(f"ingesting {args.file}"):
+        result = master.ingest_file(args.file)
     console.print(f"[green]ingested {result.events} events[/] from {escape(str(args.file))} at master version {result.version}")
     return EXIT_OK
 
@@ -143,21 +150,23 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
 
     pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
-    with console.status(f"starting Spark ({settings.spark_master})"):
+    with progress(f"batch run of {pipeline.name}"):
         spark = build_spark(settings, f"lambda-batch-{pipeline.name}")
-    with console.status("recomputing (barrier, snapshot, views, gold, Redis, flip)"):
         run = run_now(spark, settings, pipeline, redis_url=redis_url)
+    if run.status == "skipped":
+        console.print(f"[yellow]batch run {run.id} skipped[/]: {escape(run.skip_reason or '')}")
+        return EXIT_OK
     if run.status != "succeeded":
-        console.print(f"[red]batch run {run.id} {run.status}[/]: {escape(run.error or run.skip_reason or '')}")
+        console.print(f"[red]batch run {run.id} {run.status}[/]: {escape(run.error or '')}")
         return EXIT_FAILED
-    table = Table(title=f"batch run {run.id}: {pipeline.name} at master version {run.generation}")
+    state = "now served" if run.flipped else "not served: a newer generation already is"
+    table = Table(title=f"batch run {run.id}: pipeline {pipeline.name}, generation {run.generation} ({state})")
     table.add_column("view")
     table.add_column("rows", justify="right")
     for name, rows in run.rows.items():
         table.add_row(name, f"{rows:,}")
     out.print(table)
-    state = "now served" if run.flipped else "not served (a newer generation already is)"
-    out.print(f"{run.events or 0:,} events recomputed in {run.duration or 0:.1f}s; generation {run.generation} {state}")
+    out.print(f"{run.events or 0:,} events recomputed in {run.duration or 0:.1f}s")
     return EXIT_OK
 
 
@@ -184,6 +193,10 @@ def _serve(settings: Settings, redis_url: str) -> None:
 
 
 def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    settings, key = with_api_keys(settings)
+    if key is not None:
+        log.info("API key: the local key in %s (scopes read, ingest, admin); LAMBDA_API_KEYS overrides it",
+                 settings.local_api_key_path)
     _serve(settings, _redis_url(settings))
     return EXIT_OK
 
@@ -214,10 +227,17 @@ def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    from deploy.status import status_table
+    from deploy.status import platform_status
 
-    out.print(status_table(settings))
-    return EXIT_OK
+    settings, _ = with_api_keys(settings, create=False)
+    reads = next((k for k, scopes in (settings.api_keys or {}).items() if "read" in scopes), None)
+    with progress("probing every part"):
+        status = platform_status(settings, reads)
+    if args.json:
+        out.print_json(json.dumps(status.as_json()))
+    else:
+        out.print(status.table())
+    return EXIT_OK if status.serving else EXIT_FAILED
 
 
 def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
@@ -226,6 +246,7 @@ def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
 
     from deploy.generator import generate
 
+    settings, _ = with_api_keys(settings)
     key = next((k for k, scopes in (settings.api_keys or {}).items() if "ingest" in scopes), None)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -242,28 +263,25 @@ def _api_url(settings: Settings) -> str:
     return f"http://{host}:{settings.http_port}"
 
 
-def _configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(message)s",
-        datefmt="[%X]",
-        handlers=[RichHandler(console=console, show_path=False, rich_tracebacks=verbose)],
-    )
-    for noisy in ("py4j", "httpx", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def _report(error: Exception) -> None:
     console.print(f"[red]error:[/] {escape(str(error))}")
+
+
+def _command(args: argparse.Namespace) -> str:
+    return " ".join(filter(None, [args.command, getattr(args, "batch_command", None), getattr(args, "speed_command", None)]))
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the command, and return its exit status (errors are reported, not raised)."""
     args = _parser().parse_args(argv)
-    _configure_logging(args.verbose)
+    command = _command(args)
+    one_shot = command in _ONE_SHOT
+    configure_logging(verbose=args.verbose, one_shot=one_shot)
     handler: Callable[[Settings, argparse.Namespace], int] = args.handler
     try:
         settings = _settings(args)
+        if command != "status":
+            private_dir(settings.data_dir)  # 0700 from the start: events, keys and Redis data live here
         return handler(settings, args)
     except DeployError as e:
         _report(e)
@@ -274,6 +292,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted")
         return 130
+    except Exception as e:  # noqa: BLE001 - report it; the traceback when asked for (or in a service's log)
+        if args.verbose or not one_shot:
+            log.exception("%s failed", command)
+        hint = " (-v shows the traceback)" if one_shot and not args.verbose else ""
+        _report(Exception(f"{type(e).__name__}: {e}{hint}"))
+        return EXIT_FAILED
 
 
 def main(argv: Sequence[str] | None = None) -> None:

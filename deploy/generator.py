@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import httpx
 
+from deploy.errors import ConfigError
 from deploy.samples import SAMPLES
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,8 @@ def generate(pipeline: str, api_url: str, api_key: str | None, rate: float, stop
     """
     make = SAMPLES.get(pipeline)
     if make is None:
-        raise ValueError(f"no demo traffic for pipeline {pipeline!r}; built-ins with samples: {', '.join(SAMPLES)}")
+        raise ConfigError(f"no demo traffic for pipeline {pipeline!r}: `generate` posts sample events of the "
+                          f"built-in pipelines ({', '.join(SAMPLES)}); post your own events to /v1/events")
     rng = random.Random()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     accepted, owed, reported = 0, 0.0, time.monotonic()

@@ -1,8 +1,11 @@
 """`lambda-platform up`: the whole platform on one machine, as supervised child processes.
 
-Order: the embedded Redis (unless LAMBDA_REDIS_URL is set), then, on a fresh data dir, sample
-events and a first recompute, then the API, the speed layer, the batch scheduler and the demo
-traffic. Everything a part needs comes through its environment (LAMBDA_*), so each child is
+Order: the embedded Redis (unless LAMBDA_REDIS_URL is set), then, on a fresh data dir, the master
+dataset (with sample events for a built-in pipeline, empty for one's own) and a first recompute
+when it holds events, then the API, the speed layer, the batch scheduler and the demo traffic. An
+empty master is no error: the API answers 503 "nothing published yet" until events arrive, and
+the scheduler publishes the first generation as soon as they do. Everything a part needs comes
+through its environment (LAMBDA_*, every setting as this process resolved it), so each child is
 exactly the command a user could run by hand. Running `up` again on the same data dir resumes:
 Delta tables, the Redis AOF and the streaming checkpoint are all under it.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +28,9 @@ from rich.console import Console
 from batch_layer.master import MasterDataset, dump_jsonl
 from batch_layer.publish import redis_client, served_generation
 from batch_layer.storage import get_engine
-from deploy.redis_server import embedded_redis_argv, embedded_redis_url, ping, wait_for_redis
+from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, wait_for_redis
 from deploy.samples import SAMPLES, sample_events
-from deploy.settings import Settings
+from deploy.settings import Settings, private_dir, with_api_keys
 from deploy.supervisor import Child, Supervisor
 from serving.keys import Keys
 from shared_logic.registry import load_pipeline
@@ -35,66 +38,59 @@ from shared_logic.registry import load_pipeline
 log = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULE = "60s"
-_CLI = [sys.executable, "-m", "deploy.cli"]
+#: Children run the command line without the current folder in front of sys.path (``-P``), so a
+#: folder of the user's named like one of the platform's packages cannot shadow it; the pipeline
+#: search path still ends with the current folder (``shared_logic.registry``).
+_CLI = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "deploy.cli"]
 
 
-def local_api_key(settings: Settings) -> tuple[str | None, dict[str, list[str]]]:
-    """The configured keys, or a local key with every scope kept in the data dir (0600)."""
-    if settings.api_keys:
-        return None, {k: list(v) for k, v in settings.api_keys.items()}
-    path = settings.data_dir.resolve() / "local_api_key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    key = path.read_text().strip()
-    return key, {key: ["read", "ingest", "admin"]}
-
-
-def _env(settings: Settings, redis_url: str, keys: dict[str, list[str]]) -> dict[str, str]:
+def _env(settings: Settings, redis_url: str) -> dict[str, str]:
+    """The children's environment: every setting as resolved here, as LAMBDA_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-    env.update({
-        "LAMBDA_DATA_DIR": str(settings.data_dir.resolve()),
-        "LAMBDA_PIPELINE": settings.pipeline,
-        "LAMBDA_REDIS_URL": redis_url,
-        "LAMBDA_API_KEYS": json.dumps(keys),
-        "LAMBDA_HTTP_HOST": settings.http_host,
-        "LAMBDA_HTTP_PORT": str(settings.http_port),
-        "LAMBDA_SPARK_MASTER": settings.spark_master,
-        "LAMBDA_BATCH_SCHEDULE": settings.batch_schedule or DEFAULT_SCHEDULE,
-        "LAMBDA_SPEED_TRIGGER_SECONDS": str(settings.speed_trigger_seconds),
-        "LAMBDA_GENERATE_RATE": str(settings.generate_rate),
-        "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH", "")])),
-    })
+    values = settings.model_dump()
+    values.update(data_dir=settings.data_dir.resolve(), redis_url=redis_url,
+                  batch_schedule=settings.batch_schedule or DEFAULT_SCHEDULE)
+    for name, value in values.items():
+        if value is None:
+            continue
+        env[f"LAMBDA_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+    env.setdefault("LAMBDA_MASTER_COMPACT_EVERY", "off")  # master_compact_every None: 'off', not the default
+    env["LAMBDA_ENV_FILE"] = os.devnull  # everything is in the environment already
     return env
+
+
+def command_hint() -> str:
+    """How to run `lambda-platform` the way this process was started (for messages a user pastes)."""
+    script = Path(sys.argv[0])
+    if script.name == "lambda-platform":
+        on_path = shutil.which("lambda-platform")
+        return "lambda-platform" if on_path and Path(on_path).resolve() == script.resolve() else str(script.resolve())
+    return f"{sys.executable} -m deploy.cli"
 
 
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
     """Run every part until SIGINT/SIGTERM; returns the exit status."""
     pipeline = load_pipeline(settings.pipeline)
-    logs = settings.data_dir.resolve() / "logs"
-    key, keys = local_api_key(settings)
+    logs = private_dir(settings.data_dir.resolve() / "logs")
+    settings, key = with_api_keys(settings)
     supervisor = Supervisor([])
     redis_url = settings.redis_url or embedded_redis_url(settings.redis_dir)
-    env = _env(settings, redis_url, keys)
+    env = _env(settings, redis_url)
 
     if not settings.redis_url and not ping(redis_url):
-        settings.redis_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(settings.redis_dir)
         redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log",
-                      stop_last=True)
+                      stop_last=True, umask=UMASK)
         supervisor.children.append(redis)
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")
 
     master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
-    if not settings.master_path.exists() and (events := sample_events(pipeline.name)) is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            sample = Path(tmp) / f"{pipeline.name}-sample.jsonl"
-            dump_jsonl(events, sample)
-            result = master.ingest_file(sample)
-        console.print(f"loaded {result.events} sample events into a new master dataset (version {result.version})")
-    if served_generation(redis_client(redis_url), Keys(pipeline.name)) is None:
-        with console.status("first batch recompute (starting Spark)"), (logs / "batch.log").open("ab") as out:
+    if not master.holds_data():
+        _fresh_master(master, console)
+    if served_generation(redis_client(redis_url), Keys(pipeline.name)) is None and master.holds_data():
+        with console.status("first batch recompute (starting Spark)"), \
+                os.fdopen(os.open(logs / "batch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
             first = subprocess.run([*_CLI, "batch", "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
         if first.returncode != 0:
             console.print(f"[red]the first batch recompute failed[/]; see {logs / 'batch.log'}")
@@ -109,7 +105,7 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         supervisor.children.append(child)
         child.start()
 
-    _banner(console, settings, pipeline.views[0].name, key, logs, redis_url)
+    _banner(console, settings, pipeline.views[0].name, key, logs, redis_url, empty=not master.holds_data())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -121,8 +117,31 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
     return 0
 
 
-def _banner(console: Console, settings: Settings, view: str, key: str | None, logs: Path, redis_url: str) -> None:
+def _fresh_master(master: MasterDataset, console: Console) -> None:
+    """Create the master dataset; a built-in pipeline's gets its sample events."""
+    events = sample_events(master.pipeline.name)
+    if events is None:
+        master.ensure()
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        sample = Path(tmp) / f"{master.pipeline.name}-sample.jsonl"
+        dump_jsonl(events, sample)
+        result = master.ingest_file(sample)
+    console.print(f"loaded {result.events} sample events into a new master dataset (version {result.version})")
+
+
+def _banner(console: Console, settings: Settings, view: str, key: str | None, logs: Path, redis_url: str,
+            *, empty: bool) -> None:
     base = f"http://{settings.http_host}:{settings.http_port}"
+    if empty:
+        auth = f'-H "Authorization: Bearer {key}" ' if key else '-H "Authorization: Bearer <key>" '
+        console.print(
+            f"\n[yellow]The master dataset is empty[/]: the API answers 503 (nothing published yet) until events "
+            f"arrive; the first generation is published seconds after the first events, e.g.\n"
+            f"  curl {auth}-H 'Content-Type: application/x-ndjson' --data-binary @events.jsonl {base}/v1/events\n"
+            f"  {command_hint()} --data-dir {settings.data_dir} --pipeline {settings.pipeline} ingest events.jsonl",
+            soft_wrap=True,
+        )
     auth = f'-H "Authorization: Bearer {key}" ' if key else ""
     console.print(
         f"\n[bold]Lambda platform up[/] (pipeline {settings.pipeline})\n"
@@ -134,7 +153,7 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
         f"  data:       {settings.data_dir.resolve()}\n"
         f"  logs:       {logs}\n"
         f"  Redis:      {redis_url}\n"
-        f"  status:     lambda-platform --data-dir {settings.data_dir} status\n"
+        f"  status:     {command_hint()} --data-dir {settings.data_dir} --pipeline {settings.pipeline} status\n"
         "Ctrl-C stops everything.\n",
         soft_wrap=True,
     )

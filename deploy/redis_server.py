@@ -2,7 +2,9 @@
 
 Used when ``LAMBDA_REDIS_URL`` is unset, so a fresh machine needs no Redis install. The server
 listens on a Unix socket in the data dir (no port to collide with) and persists every write to
-its append-only file, so restarting it loses nothing that was acknowledged.
+its append-only file, so restarting it loses nothing that was acknowledged. Its folder is private
+(0700) and the server runs with umask 077, so the append-only file (every event's effect), its
+log and its socket are the owner's alone from the moment they exist.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from pathlib import Path
 import redis
 
 from deploy.errors import EmbeddedRedisError
+from deploy.settings import private_dir
 
 log = logging.getLogger(__name__)
 
 _SOCKET_PATH_MAX = 100  # Unix socket paths are limited to ~107 bytes
+#: The embedded server's umask: the files it creates (AOF, log, pid) are 0600.
+UMASK = 0o077
 
 
 def redis_binary() -> Path:
@@ -93,10 +98,10 @@ def ensure_embedded_redis(redis_dir: Path, *, port: int = 0, wait_seconds: float
     url = embedded_redis_url(redis_dir)
     if ping(url):
         return url
-    redis_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(redis_dir)
     argv = embedded_redis_argv(redis_dir, daemonize=True, port=port)
     try:
-        subprocess.run(argv, check=True, capture_output=True, timeout=wait_seconds)
+        subprocess.run(argv, check=True, capture_output=True, timeout=wait_seconds, umask=UMASK)
     except (OSError, subprocess.SubprocessError) as e:
         raise EmbeddedRedisError(f"cannot start the embedded Redis ({argv[0]}): {e}; see {redis_dir / 'redis.log'}") from e
     wait_for_redis(url, wait_seconds, redis_dir / "redis.log")

@@ -8,9 +8,14 @@ expression, evaluated in UTC). A queued run goes first, and also serves a tick t
 
 A run is single-flight (``batch_layer.runs``): it holds the data dir's file lock and a Redis
 lease renewed by a heartbeat thread. It is *skipped* (and recorded as skipped) when the master
-dataset has not changed since the served generation: its latest version is the served
-generation's barrier. ``force`` (HTTP ``{"force": true}``) recomputes anyway, e.g. after a change
-of the pipeline's logic. When Redis lost its data nothing is served, so the next run republishes.
+dataset holds no events yet (nothing is published until it does), and when it has not changed
+since the served generation: its latest version is the served generation's barrier (or only this
+process's compaction came after it). ``force`` (HTTP ``{"force": true}``) recomputes a changed or
+unchanged master anyway, e.g. after a change of the pipeline's logic. While nothing is served (a
+fresh platform, or Redis lost its data) and the master dataset holds data, a run starts at once,
+without waiting for the schedule; a failed one is tried again after ``UNSERVED_RETRY_SECONDS``.
+
+Between runs the scheduler compacts the master dataset's small files (``deploy.compactor``).
 
 Interval schedules tick at start and then every interval on a fixed grid; cron schedules tick at
 their next time. Ticks missed while a run overran, or due while another process's run was in
@@ -20,10 +25,8 @@ progress, are dropped, not queued up: the next tick (or that run) covers them.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -34,7 +37,8 @@ from batch_layer.errors import EmptyMasterError
 from batch_layer.master import MasterDataset
 from batch_layer.runs import BatchRun, RunInProgressError, RunLock, RunRegistry, RunTrigger, owner_id
 from batch_layer.storage import get_engine
-from deploy.errors import ConfigError
+from deploy.compactor import MasterCompactor
+from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.keys import Keys
 
 if TYPE_CHECKING:
@@ -43,97 +47,18 @@ if TYPE_CHECKING:
     from deploy.settings import Settings
     from shared_logic.pipeline import Pipeline
 
+__all__ = ["BatchScheduler", "Schedule", "check_schedule", "parse_schedule", "run_now", "run_scheduler"]
+
 log = logging.getLogger(__name__)
 
 #: How long a run's lease lasts without a heartbeat; a killed scheduler's run reads as
 #: 'interrupted' at most this long after it died.
 LEASE_SECONDS = 15.0
 POLL_SECONDS = 0.5
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_INTERVAL = re.compile(r"(?:\d+\s*[smhd]\s*)+", re.IGNORECASE)
-_INTERVAL_PART = re.compile(r"(\d+)\s*([smhd])", re.IGNORECASE)
-_SETTING = "LAMBDA_BATCH_SCHEDULE"
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """When scheduled runs are due: every ``interval`` seconds, or at the times of a cron expression (UTC)."""
-
-    text: str
-    interval: float | None = None
-    cron: str | None = None
-
-    def first_due(self, now: float) -> float:
-        """An interval schedule ticks at once (then every interval); a cron one at its next time."""
-        return now if self.interval is not None else self._cron_after(now)
-
-    def next_due(self, previous: float, now: float) -> float:
-        """The first tick after ``now`` following the tick ``previous`` (missed ticks are dropped)."""
-        if self.interval is not None:
-            missed = max(0, int((now - previous) // self.interval))
-            return previous + (missed + 1) * self.interval
-        return self._cron_after(max(previous, now))
-
-    def _cron_after(self, moment: float) -> float:
-        from croniter import croniter
-
-        start = datetime.fromtimestamp(moment, tz=timezone.utc)
-        return float(croniter(self.cron, start).get_next(float))
-
-    def describe(self) -> str:
-        return f"every {self.text}" if self.interval is not None else f"cron '{self.cron}' (UTC)"
-
-
-def parse_schedule(text: str | None) -> Schedule | None:
-    """``LAMBDA_BATCH_SCHEDULE`` as a Schedule (None: only on-demand runs), or ConfigError saying why not."""
-    try:
-        return check_schedule(text)
-    except ValueError as e:
-        raise ConfigError(f"invalid settings: {_SETTING}: {e}") from None
-
-
-def check_schedule(text: str | None) -> Schedule | None:
-    """The schedule ``text`` means, or ValueError saying what is wrong (usable in a settings validator).
-
-    Intervals: whole numbers with a unit, s m h d, combinable ('90s', '15m', '1h30m', '1d'),
-    at least 1 s. Cron: five fields (minute hour day-of-month month day-of-week), a sixth for
-    seconds, or a macro such as '@hourly'; evaluated in UTC. None or blank: no schedule.
-    """
-    if text is None or not text.strip():
-        return None
-    text = text.strip()
-    if _INTERVAL.fullmatch(text):
-        seconds = sum(int(n) * _UNITS[u.lower()] for n, u in _INTERVAL_PART.findall(text))
-        if seconds < 1:
-            raise ValueError(f"interval {text!r} is zero; the shortest is '1s'")
-        return Schedule(text=text, interval=float(seconds))
-    if re.fullmatch(r"\d+(\.\d+)?", text) or re.fullmatch(r"\d+(\.\d+)?\s*[a-z]+", text, re.IGNORECASE):
-        raise ValueError(
-            f"{text!r} is not an interval: write a whole number and a unit, s, m, h or d "
-            "('300s', '15m', '1h', '1h30m')"
-        )
-    return Schedule(text=text, cron=_check_cron(text))
-
-
-def _check_cron(text: str) -> str:
-    from croniter import CroniterBadDateError, CroniterError, croniter
-
-    fields = text.split()
-    if not text.startswith("@") and len(fields) not in (5, 6):
-        raise ValueError(
-            f"{text!r} is neither an interval ('300s', '15m', '1h') nor a cron expression: a cron expression "
-            f"has 5 fields (minute hour day-of-month month day-of-week, e.g. '*/15 * * * *'), or 6 with "
-            f"seconds last; this one has {len(fields)}"
-        )
-    try:
-        croniter(text, datetime.now(timezone.utc)).get_next(float)
-    except CroniterBadDateError:
-        raise ValueError(f"cron expression {text!r} never fires (no such date)") from None
-    except (CroniterError, ValueError, KeyError) as e:
-        raise ValueError(f"bad cron expression {text!r}: {e}") from None
-    return text
-
-
+#: While nothing is served: how often to look whether the master dataset holds data, and how long
+#: to wait after a run that did not publish before starting another one.
+UNSERVED_CHECK_SECONDS = 2.0
+UNSERVED_RETRY_SECONDS = 30.0
 class BatchScheduler:
     """Claims runs (queued or scheduled) under the single-flight locks and executes them."""
 
@@ -146,7 +71,12 @@ class BatchScheduler:
         self.lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
         self.master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
         self.keys = Keys(pipeline.name)
+        every = check_schedule(settings.master_compact_every)
+        self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
+                                         every_commits=settings.master_compact_commits)
         self.started_at = time.time()
+        #: When to look next whether nothing is served while the master dataset holds data.
+        self.unserved_check_at = 0.0
         #: What ``announce`` tells about this scheduler (kept current by the loop).
         self.schedule: Schedule | None = None
         self.next_due: float | None = None
@@ -194,19 +124,24 @@ class BatchScheduler:
 
         try:
             latest = self.master.latest_version()
+            if not self.master.holds_data():
+                raise EmptyMasterError(f"the master dataset at {self.master.path} holds no events yet: ingest "
+                                       "some (POST /v1/events or `lambda-platform ingest FILE`); nothing is "
+                                       "published until then")
         except EmptyMasterError as e:
             log.info("batch run %s skipped: %s", run.id, e)
             return {"status": "skipped", "skip_reason": str(e)}
         served = publish.served_generation(self.registry.client, self.keys)
         self.registry.update(run.id, master_version=latest, served_before=served)
-        if served is not None and latest == served and not run.force:
-            reason = (f"the master dataset has not changed since generation {served} "
-                      f"(its latest version is that generation's barrier)")
+        if served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
+            after = ("its latest version is that generation's barrier" if latest == served
+                     else f"only a compaction, version {latest}, came after that generation's barrier")
+            reason = f"the master dataset has not changed since generation {served} ({after})"
             log.info("batch run %s skipped: %s", run.id, reason)
             return {"status": "skipped", "skip_reason": reason, "generation": served}
         log.info("batch run %s (%s%s): master at version %d, serving %s; recomputing", run.id, run.trigger,
                  ", forced" if run.force else "", latest, "nothing" if served is None else f"generation {served}")
-        result = run_batch(self.spark, self.settings, self.pipeline, redis_url=self.redis_url)
+        result = run_batch(self.spark, self.settings, self.pipeline, redis_url=self.redis_url, run_id=run.id)
         log.info("batch run %s succeeded: generation %d (%s), %d events, rows %s, %.1fs", run.id, result.generation,
                  "served" if result.flipped else "not served: a newer one is", result.events, result.view_rows,
                  result.seconds)
@@ -274,9 +209,25 @@ def run_scheduler(
         log.info("batch scheduler %s stopped", scheduler.owner)
 
 
+def _unserved_with_data(scheduler: BatchScheduler) -> bool:
+    """Nothing is served but the master dataset holds data (looked at every UNSERVED_CHECK_SECONDS)."""
+    if time.time() < scheduler.unserved_check_at:
+        return False
+    scheduler.unserved_check_at = time.time() + UNSERVED_CHECK_SECONDS
+    if publish.served_generation(scheduler.registry.client, scheduler.keys) is not None:
+        return False
+    return scheduler.master.holds_data()
+
+
 def _step(scheduler: BatchScheduler, schedule: Schedule | None) -> bool:
-    """One look at the queue and the schedule; True when a tick was used up (the next one is set)."""
+    """One look at the queue, the schedule and the served generation; True when a tick was used up
+    (the next one is set). Compacts the master dataset when that is due and nothing else ran."""
     due = scheduler.next_due is not None and time.time() >= scheduler.next_due
+    if not due and not scheduler.registry.queued() and _unserved_with_data(scheduler):
+        outcome = scheduler.attempt(queued=False, trigger="schedule")
+        if not (isinstance(outcome, BatchRun) and outcome.status == "succeeded"):
+            scheduler.unserved_check_at = time.time() + UNSERVED_RETRY_SECONDS
+        return isinstance(outcome, BatchRun)
     if scheduler.registry.queued():
         outcome = scheduler.attempt(queued=True)
         if outcome == "locked":
@@ -290,6 +241,7 @@ def _step(scheduler: BatchScheduler, schedule: Schedule | None) -> bool:
             log.debug("scheduled tick dropped: %s", "another process is recomputing" if outcome == "locked"
                       else f"batch run {outcome} is in progress")
     else:
+        scheduler.compactor.maybe_compact()
         return False
     assert schedule is not None and scheduler.next_due is not None
     scheduler.next_due = schedule.next_due(scheduler.next_due, time.time())

@@ -10,6 +10,7 @@ machine with nothing else installed.
 from __future__ import annotations
 
 import os
+import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from deploy.errors import ConfigError
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+LOCAL_API_KEY_FILE = "local_api_key"
+#: The scopes of the local API key: everything (it never leaves the machine's data dir).
+LOCAL_API_KEY_SCOPES = ("read", "ingest", "admin")
 
 
 class Settings(BaseSettings):
@@ -60,6 +64,12 @@ class Settings(BaseSettings):
         None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or a cron expression."
     )
     generate_rate: float = Field(20.0, gt=0, le=100_000, description="Demo traffic: events per second.")
+    master_compact_every: str | None = Field(
+        "10m", description="The batch scheduler compacts the master dataset's small files this often ('off': never)."
+    )
+    master_compact_commits: int = Field(
+        1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
+    )
 
     @field_validator("redis_url")
     @classmethod
@@ -74,10 +84,22 @@ class Settings(BaseSettings):
     @field_validator("batch_schedule")
     @classmethod
     def _check_schedule(cls, value: str | None) -> str | None:
-        from deploy.scheduler import check_schedule
+        from deploy.schedule import check_schedule
 
         check_schedule(value or None)
         return value or None
+
+    @field_validator("master_compact_every")
+    @classmethod
+    def _check_compact_every(cls, value: str | None) -> str | None:
+        from deploy.schedule import check_schedule
+
+        if value is None or value.strip().lower() in ("", "off", "0", "never"):
+            return None
+        schedule = check_schedule(value)
+        if schedule is None or schedule.interval is None:
+            raise ValueError(f"must be an interval ('10m', '1h') or 'off', got {value!r}")
+        return value.strip()
 
     @field_validator("spark_master")
     @classmethod
@@ -104,6 +126,11 @@ class Settings(BaseSettings):
     @property
     def redis_dir(self) -> Path:
         return self.data_dir.resolve() / "redis"
+
+    @property
+    def local_api_key_path(self) -> Path:
+        """The local API key ``up`` (and ``serve``) make when LAMBDA_API_KEYS is unset (0600)."""
+        return self.data_dir.resolve() / LOCAL_API_KEY_FILE
 
     @property
     def pipeline_slug(self) -> str:
@@ -135,3 +162,65 @@ def load_settings(**overrides: object) -> Settings:
 def get_settings() -> Settings:
     """The process's settings, read once. Tests build their own with ``load_settings``."""
     return load_settings()
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and every missing parent as private folders (0700) from the start; returns it.
+
+    An existing folder is left as it is.
+    """
+    path = path.resolve()
+    for folder in [*reversed(path.parents), path]:
+        if not folder.exists():
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:
+                pass  # created meanwhile by another process
+    return path
+
+
+def local_api_key(settings: Settings, *, create: bool = True) -> str | None:
+    """The data dir's local API key: read, or (``create``) made if missing, 0600 from the start.
+
+    Several processes may race to make it: each writes a private temporary file and links it into
+    place only if no key is there yet, so all of them end up with the same key, and a reader never
+    sees a half-written one.
+    """
+    path = settings.local_api_key_path
+    if not path.exists():
+        if not create:
+            return None
+        private_dir(path.parent)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24))
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process made it first: use theirs
+        finally:
+            temporary.unlink(missing_ok=True)
+    key = path.read_text().strip()
+    if not key:
+        raise ConfigError(f"the local API key file {path} is empty: delete it and a new key is made, "
+                          "or set LAMBDA_API_KEYS")
+    return key
+
+
+def with_api_keys(settings: Settings, *, create: bool = True) -> tuple[Settings, str | None]:
+    """The settings with the API keys every command uses, and the local key if that is what they are.
+
+    LAMBDA_API_KEYS set: those keys, and None. Unset: the data dir's local key with every scope
+    (made if missing and ``create``), exactly as ``up`` uses it, so ``serve``, ``generate`` and
+    ``status`` started alone accept and send the same key.
+    """
+    if settings.api_keys:
+        return settings, None
+    key = local_api_key(settings, create=create)
+    if key is None:
+        return settings, None
+    return settings.model_copy(update={"api_keys": {key: list(LOCAL_API_KEY_SCOPES)}}), key

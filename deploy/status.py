@@ -1,8 +1,18 @@
-"""`lambda-platform status`: each part of the platform, up or down, with versions and lag."""
+"""`lambda-platform status`: every part of one pipeline's platform, up or down, always.
+
+The parts, in order: the master dataset, Redis, the batch layer (a generation served), the speed
+layer (a fresh heartbeat), the API (ready, and serving this pipeline), the batch scheduler (one
+announced itself) and the last batch run (it did not fail). A part that cannot be reached is
+reported down with the reason; nothing is ever left out. The platform is *serving* when Redis is
+up, a generation is published and the API answers ready for this pipeline: ``status`` exits 0 then,
+1 otherwise. Nothing here starts anything (the embedded Redis is only pinged).
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import redis
@@ -14,63 +24,190 @@ from batch_layer.storage import get_engine
 from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
 from serving.keys import Keys
+from serving.routes.health import SPEED_HEARTBEAT_FRESH
 from shared_logic.registry import load_pipeline
 
-_HEARTBEAT_FRESH = 10.0  # seconds
+PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
+_TIMEOUT = 2.0
 
 
-def status_table(settings: Settings) -> Table:
-    """A table of the platform's parts; never raises for a part that is down."""
+@dataclass
+class Part:
+    """One part of the platform: up or down, why, and figures for scripts (``--json``)."""
+
+    name: str
+    up: bool
+    detail: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return "up" if self.up else "down"
+
+
+@dataclass
+class PlatformStatus:
+    """Every part of one pipeline's platform; ``serving`` when answers can be served now."""
+
+    pipeline: str
+    data_dir: str
+    parts: list[Part]
+
+    @property
+    def serving(self) -> bool:
+        by_name = {p.name: p for p in self.parts}
+        return all(by_name[name].up for name in ("redis", "batch layer", "api"))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "data_dir": self.data_dir, "serving": self.serving,
+            "parts": [{"part": p.name, "state": p.state, "detail": p.detail, **p.facts} for p in self.parts],
+        }
+
+    def table(self) -> Table:
+        verdict = "[green]serving[/]" if self.serving else "[red]not serving[/]"
+        table = Table(title=f"lambda platform: pipeline {self.pipeline} ({self.data_dir}): {verdict}")
+        for column in ("part", "state", "detail"):
+            table.add_column(column)
+        for part in self.parts:
+            table.add_row(part.name, "[green]up[/]" if part.up else "[red]down[/]", part.detail)
+        return table
+
+
+def platform_status(settings: Settings, api_key: str | None = None) -> PlatformStatus:
+    """Probe every part of ``settings.pipeline``'s platform; never raises for a part that is down.
+
+    ``api_key`` (sent as a bearer token) lets the probe read the API's view list when reads need a key.
+    """
     pipeline = load_pipeline(settings.pipeline)
-    keys = Keys(pipeline.name)
-    table = Table(title=f"lambda platform: {pipeline.name} ({settings.data_dir.resolve()})")
-    for column in ("part", "state", "detail"):
-        table.add_column(column)
-
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
-    latest = master.engine.latest_version(master.path)
-    table.add_row("master dataset", "present" if latest is not None else "empty", f"latest version {latest}")
-
+    parts: dict[str, Part] = {}
+    latest = _master(settings, pipeline, parts)
     url = settings.redis_url or embedded_redis_url(settings.redis_dir)
-    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    client = redis.Redis.from_url(url, socket_connect_timeout=_TIMEOUT, socket_timeout=_TIMEOUT,
+                                  decode_responses=True)
+    try:
+        _redis_parts(client, url, pipeline.name, latest, parts)
+    finally:
+        client.close()
+    parts["api"] = _api(settings, pipeline.name, api_key)
+    return PlatformStatus(pipeline.name, str(settings.data_dir.resolve()), [parts[name] for name in PARTS])
+
+
+def _master(settings: Settings, pipeline: Any, parts: dict[str, Part]) -> int | None:
+    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    try:
+        latest = master.engine.latest_version(master.path)
+    except Exception as e:  # noqa: BLE001 - an unreadable table is a down part, not a crash
+        parts["master dataset"] = Part("master dataset", False, f"{master.path}: cannot read it: {e}")
+        return None
+    if latest is None:
+        parts["master dataset"] = Part("master dataset", False, f"no master dataset at {master.path} yet")
+    else:
+        parts["master dataset"] = Part("master dataset", True, f"latest version {latest}",
+                                       {"latest_version": latest})
+    return latest
+
+
+def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | None, parts: dict[str, Part]) -> None:
+    where = url.split("@")[-1]
     try:
         client.ping()
     except (redis.RedisError, OSError) as e:
-        table.add_row("redis", "[red]down[/]", f"{url.split('@')[-1]}: {e}")
-        return table
-    table.add_row("redis", "[green]up[/]", url.split("@")[-1])
+        reason = f"Redis is unreachable at {where}"
+        parts["redis"] = Part("redis", False, f"{where}: {e}")
+        for name in ("batch layer", "speed layer", "scheduler", "last batch run"):
+            parts[name] = Part(name, False, f"unknown: {reason}")
+        return
+    parts["redis"] = Part("redis", True, where)
+    keys = Keys(pipeline)
+    registry = RunRegistry(client, pipeline)
+    served: int | None = None
+    probes = (("batch layer", lambda: _served(client, keys)), ("speed layer", lambda: _speed(client, keys, latest, served)),
+              ("scheduler", lambda: _scheduler(registry)), ("last batch run", lambda: _last_run(registry)))
+    for name, probe in probes:
+        try:
+            parts[name] = probe()
+        except (redis.RedisError, OSError, ValueError) as e:
+            parts[name] = Part(name, False, f"cannot read it from Redis: {e}")
+        if name == "batch layer":
+            served = parts[name].facts.get("generation")
 
-    served = client.get(keys.current)
-    meta = client.hgetall(keys.meta(int(served))) if served else {}
-    computed = float(meta.get(b"computed_at", 0) or 0)
-    table.add_row("batch layer", "[green]served[/]" if served else "[yellow]nothing published[/]",
-                  f"generation {int(served)}, computed {time.time() - computed:.0f}s ago" if served else "")
 
-    speed = {k.decode(): v.decode() for k, v in client.hgetall(keys.speed).items()}
+def _served(client: redis.Redis, keys: Keys) -> Part:
+    value = client.get(keys.current)
+    if value is None:
+        return Part("batch layer", False, "nothing published yet: no batch generation is served")
+    served = int(value)
+    computed = float(client.hget(keys.meta(served), "computed_at") or 0)
+    age = f", computed {time.time() - computed:.0f}s ago" if computed else ""
+    return Part("batch layer", True, f"serving generation {served}{age}", {"generation": served})
+
+
+def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | None) -> Part:
+    speed = client.hgetall(keys.speed)
     if not speed.get("heartbeat_at"):
-        table.add_row("speed layer", "[yellow]never ran[/]", "answers come from the batch generation alone")
-    else:
-        beat = time.time() - float(speed["heartbeat_at"])
-        processed = int(speed["processed"]) if speed.get("processed") else None
-        lag = None if latest is None or processed is None else max(0, latest - max(processed, int(served or -1)))
-        table.add_row("speed layer", "[green]up[/]" if beat < _HEARTBEAT_FRESH else "[red]down[/]",
-                      f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago")
+        return Part("speed layer", False, "never ran: answers come from the batch generation alone")
+    beat = time.time() - float(speed["heartbeat_at"])
+    processed = int(speed["processed"]) if speed.get("processed") else None
+    lag = None if latest is None or processed is None else max(0, latest - max(processed, served or -1))
+    facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1)}
+    return Part("speed layer", beat < SPEED_HEARTBEAT_FRESH,
+                f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago", facts)
 
-    base = f"http://{settings.http_host}:{settings.http_port}"
-    try:
-        ready = httpx.get(f"{base}/readyz", timeout=2)
-        table.add_row("api", "[green]up[/]" if ready.status_code == 200 else "[yellow]not ready[/]",
-                      f"{base} ({ready.json().get('detail', '')})")
-    except httpx.TransportError:
-        table.add_row("api", "[red]down[/]", base)
 
-    registry = RunRegistry.from_url(url, pipeline.name)
+def _scheduler(registry: RunRegistry) -> Part:
+    alive = registry.schedulers()
+    if not alive:
+        return Part("scheduler", False, "no batch scheduler is running (`lambda-platform batch schedule`)")
+    first = alive[0]
+    when = f", next run in {max(0.0, first.next_run_at - time.time()):.0f}s" if first.next_run_at else ""
+    schedule = f"schedule {first.schedule}" if first.schedule else "on-demand runs only"
+    more = f" ({len(alive)} schedulers)" if len(alive) > 1 else ""
+    return Part("scheduler", True, f"{schedule}{when}{more}", {"schedulers": len(alive), "schedule": first.schedule})
+
+
+def _last_run(registry: RunRegistry) -> Part:
+    _, runs = registry.recent(limit=1)
+    if not runs:
+        return Part("last batch run", False, "no batch run recorded yet")
+    run = runs[0]
+    detail = f"run {run.id} {run.status}"
+    if run.generation is not None:
+        detail += f", generation {run.generation}"
+    if run.duration is not None:
+        detail += f", {run.duration:.1f}s"
+    reason = run.error or run.skip_reason
+    facts = {"run": run.id, "status": run.status, "generation": run.generation}
+    return Part("last batch run", run.status not in ("failed", "interrupted"),
+                detail + (f": {reason}" if reason else ""), facts)
+
+
+def _api(settings: Settings, pipeline: str, api_key: str | None) -> Part:
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    base = f"http://{host}:{settings.http_port}"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        _, runs = registry.recent(limit=1)
-    finally:
-        registry.close()
-    if runs:
-        run = runs[0]
-        detail = f"run {run.id}, generation {run.generation}, {run.duration or 0:.1f}s"
-        table.add_row("last batch run", run.status, detail + (f": {run.error}" if run.error else ""))
-    return table
+        with httpx.Client(base_url=base, headers=headers, timeout=_TIMEOUT) as http:
+            ready = http.get("/readyz")
+            views = http.get("/v1/views")
+    except httpx.HTTPError as e:
+        return Part("api", False, f"{base}: not reachable ({type(e).__name__})")
+    served = _json(views).get("pipeline") if views.status_code == 200 else None
+    if served is not None and served != pipeline:
+        return Part("api", False, f"{base} serves pipeline {served!r}, not {pipeline!r}", {"url": base})
+    detail = _json(ready).get("detail", "")
+    if ready.status_code != 200:
+        return Part("api", False, f"{base}: not ready ({ready.status_code}): {detail}", {"url": base})
+    if served is None:
+        return Part("api", False, f"{base}: cannot tell which pipeline it serves (GET /v1/views answered "
+                                  f"{views.status_code}); set LAMBDA_API_KEYS to a key with scope 'read'", {"url": base})
+    return Part("api", True, f"{base}: {detail}", {"url": base})
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+

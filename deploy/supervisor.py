@@ -1,7 +1,7 @@
 """A small process supervisor: the parts of the platform as child processes, restarted when they die.
 
 Each child is a ``lambda-platform`` command (or the embedded Redis server) with its output
-appended to ``DATA_DIR/logs/<name>.log``. A child that exits is restarted after an exponential
+appended to ``DATA_DIR/logs/<name>.log`` (a private file, 0600, in a private folder). A child that exits is restarted after an exponential
 backoff (0.5 s doubling to 30 s, reset once it has stayed up for a minute). ``stop`` ends the
 children in two steps: first every child not marked ``stop_last``, all at once (each finishes its
 own work in parallel, so a stop takes as long as the slowest child, not the sum), then the
@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deploy.settings import private_dir
+
 log = logging.getLogger(__name__)
 
 _BACKOFF_MAX, _STABLE_AFTER = 30.0, 60.0
@@ -36,6 +38,8 @@ class Child:
     restart: bool = True
     #: Stopped after every other child (something the others need while they stop).
     stop_last: bool = False
+    #: The child's umask (None: this process's).
+    umask: int | None = None
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -43,11 +47,15 @@ class Child:
     _log_file: object = field(default=None, repr=False)
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = self.log_path.open("ab")
+        private_dir(self.log_path.parent)
+        if self._log_file is not None:  # a restart: the previous process's handle
+            self._log_file.close()  # type: ignore[attr-defined]
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._log_file = os.fdopen(fd, "ab")
         self.process = subprocess.Popen(
             self.argv, env=self.env, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+            umask=-1 if self.umask is None else self.umask,
         )
         self.started_at = time.monotonic()
         log.info("started %s (pid %d), log %s", self.name, self.process.pid, self.log_path)

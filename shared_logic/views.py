@@ -108,7 +108,7 @@ class View:
         try:
             return self._by_name[name]
         except KeyError:
-            raise UnknownNameError(f"measure of view {self.name!r}", name, list(self._by_name)) from None
+            raise UnknownNameError("measure", name, list(self._by_name), owner=f"view {self.name!r}") from None
 
     def aggregate(self, rows: DataFrame) -> DataFrame:
         """One row per key (and window) with every measure's part. Rows with a null key are dropped."""
