@@ -24,7 +24,7 @@ from batch_layer.faults import fault_point
 from batch_layer.gold import write_generation
 from batch_layer.master import MasterDataset
 from batch_layer.storage import get_engine
-from serving.keys import Keys, row_parts
+from serving.keys import Keys, integral_parts, row_parts
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ def run_batch(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, re
     meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count}
     meta.update({f"rows:{name}": n for name, n in view_rows.items()})
     meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
+    meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
     flipped = publish.flip(client, keys, generation, epoch, meta)
     if flipped:
         log.info("run %s: now serving generation %d", run_id, generation)

@@ -11,7 +11,7 @@ A request goes through three steps; only the last one writes.
    not a number, unknown fields are errors). Every problem is reported with the event's index
    (JSON array) or line (NDJSON) and the field; on any problem the request is rejected (422)
    before it is queued, so it can neither be partly written nor fail other requests. A body that
-   is not JSON at all is a 400.
+   is not JSON at all, or nests arrays and objects more than ``MAX_NESTING`` levels deep, is a 400.
 3. **Commit** (:class:`Ingestor`): validated requests wait in a queue; one committer task
    gathers requests for ``Settings.ingest_group_commit_ms`` (counted from the oldest waiting
    request's arrival, or from the end of the previous commit if that is later) and appends
@@ -65,9 +65,10 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pydantic_core import from_json
 
 from batch_layer.master import MasterDataset
 from batch_layer.storage import Appender, CommitConflictError, get_engine
@@ -106,8 +107,13 @@ MAX_CONFLICT_RETRIES = 5
 KEYS_METADATA = "lambda.ingest.keys"
 SOURCE = "the request body"
 
-_WS = re.compile(r"[ \t\n\r]*")
+#: Deepest nesting of JSON arrays and objects read from a body (400 beyond). Events are flat, so a
+#: valid body nests two levels: an array of event objects.
+MAX_NESTING = 32
+
 _JSON_WS = b" \t\n\r"
+#: How pydantic-core's JSON parser says a document nests deeper than it reads (about 200 levels).
+_PARSER_TOO_DEEP = "recursion limit exceeded"
 _LINE = re.compile(r"line (\d+)")
 
 
@@ -174,10 +180,12 @@ def _too_large(what: str, limit: int) -> str:
 
 
 def parse_events(body: bytes, fmt: str, schema: EventSchema) -> pa.Table:
-    """The body's events, validated strictly from their own bytes, as an Arrow table (master layout).
+    """The body's events, validated strictly from the bytes as sent, as an Arrow table (master layout).
 
-    Raises BadRequestError (not JSON), UnprocessableError (JSON, but no events in it) or
-    EventValidationError (every problem, located by index / line and field).
+    Raises BadRequestError (not JSON, or nested deeper than ``MAX_NESTING``), UnprocessableError
+    (JSON, but no events in it) or EventValidationError (every problem, located by index / line
+    and field). A valid body nests at most two levels (an array of flat event objects), so the
+    nesting is measured only when validation failed; no parser here recurses in Python.
     """
     if fmt == "ndjson":
         return _parse_ndjson(body, schema)
@@ -185,25 +193,24 @@ def parse_events(body: bytes, fmt: str, schema: EventSchema) -> pa.Table:
     if start == len(body):
         raise UnprocessableError("the body is empty: send one event (a JSON object) or an array of events")
     first = body[start]
-    if first == ord("{"):  # one event: validated straight from the raw body
-        try:
+    if first not in b"{[":
+        _document(body, "the body")  # a body that is not JSON at all is a 400
+        raise UnprocessableError(
+            "the body is a JSON value but neither an event (a JSON object) nor an array of events; "
+            "for one event per line send Content-Type: application/x-ndjson"
+        )
+    try:
+        if first == ord("{"):  # one event
             return schema.validate_json_lines([(0, body)], source=SOURCE)
-        except EventValidationError as e:
-            _check_well_formed(body)  # a body that is not JSON at all is a 400, not an event problem
+        events = schema.validate_json_array(body, source=SOURCE)
+    except EventValidationError as e:
+        _check_nesting(_document(body, "the body", array=first == ord("[")), "the body")
+        if first == ord("{"):
             raise _relabel(e, lambda _: "the event") from None
-    if first == ord("["):
-        parts = _split_array(body, start)
-        if not parts:
-            raise UnprocessableError("the body is an empty array: there are no events to ingest")
-        try:
-            return schema.validate_json_lines(enumerate(parts), source=SOURCE)
-        except EventValidationError as e:
-            raise _relabel(e, lambda i: f"index {i}") from None
-    _check_well_formed(body)
-    raise UnprocessableError(
-        "the body is a JSON value but neither an event (a JSON object) nor an array of events; "
-        "for one event per line send Content-Type: application/x-ndjson"
-    )
+        raise
+    if events.num_rows == 0:
+        raise UnprocessableError("the body is an empty array: there are no events to ingest")
+    return events
 
 
 def _parse_ndjson(body: bytes, schema: EventSchema) -> pa.Table:
@@ -213,59 +220,57 @@ def _parse_ndjson(body: bytes, schema: EventSchema) -> pa.Table:
             lines.append((number, line))
     if not lines:
         raise UnprocessableError("the body holds no events: send one JSON object per line")
-    return schema.validate_json_lines(lines, source=SOURCE)  # problems are located by line already
-
-
-def _split_array(body: bytes, start: int) -> list[bytes]:
-    """The raw bytes of each element of the JSON array in ``body`` (BadRequestError if malformed).
-
-    Python's JSON scanner finds where each element ends; the element's own bytes, untouched, are
-    what gets validated, so strictness is pydantic's on exactly what the client sent.
-    """
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadRequestError(f"the request body is not UTF-8 ({e.reason} at byte {e.start})") from None
-    ascii_only = len(text) == len(body)  # then character offsets are byte offsets
-    decoder = json.JSONDecoder()
-    parts: list[bytes] = []
-    pos = _WS.match(text, start + 1).end()
-    if text.startswith("]", pos):
-        pos += 1
-    else:
-        while True:
-            try:
-                _, end = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as e:
-                raise BadRequestError(f"malformed JSON body: {e.msg} at line {e.lineno} column {e.colno}") from None
-            parts.append(body[pos:end] if ascii_only else text[pos:end].encode("utf-8"))
-            pos = _WS.match(text, end).end()
-            if text.startswith(",", pos):
-                pos = _WS.match(text, pos + 1).end()
-            elif text.startswith("]", pos):
-                pos += 1
-                break
-            else:
-                raise BadRequestError(f"malformed JSON body: expected ',' or ']' after array element {len(parts) - 1}"
-                                      f" at {_where(text, pos)}")
-    if _WS.match(text, pos).end() != len(text):
-        raise BadRequestError(f"malformed JSON body: unexpected data after the array at {_where(text, pos)}")
-    return parts
+        return schema.validate_json_lines(lines, source=SOURCE)  # problems are located by line already
+    except EventValidationError as e:
+        failed = {p.location for p in e.problems}
+        for number, line in lines:
+            if f"line {number}" in failed:
+                _check_nesting_of(line, f"line {number}")  # a malformed line stays a located problem (422)
+        raise
 
 
-def _where(text: str, pos: int) -> str:
-    line = text.count("\n", 0, pos) + 1
-    return f"line {line} column {pos - (text.rfind(chr(10), 0, pos) + 1) + 1}"
-
-
-def _check_well_formed(body: bytes) -> None:
-    """BadRequestError naming the first syntax error if ``body`` is not one JSON document."""
-    from pydantic_core import from_json
-
+def _document(body: bytes, where: str, *, array: bool = False) -> Any:
+    """``body`` parsed (by pydantic-core's parser, which does not recurse in Python), or BadRequestError
+    naming the first syntax error, or saying ``where`` nests too deeply for the parser."""
     try:
-        from_json(body, allow_inf_nan=False)
+        return from_json(body, allow_inf_nan=False)
     except ValueError as e:
-        raise BadRequestError(f"malformed JSON body: {e}") from None
+        message = str(e)
+        if message.startswith(_PARSER_TOO_DEEP):
+            raise _too_deep(where) from None
+        if message.startswith("trailing characters"):
+            message = f"unexpected data after the {'array' if array else 'JSON value'}{message[19:]}"
+        raise BadRequestError(f"malformed JSON body: {message}") from None
+
+
+def _check_nesting_of(text: bytes, where: str) -> None:
+    """:func:`_check_nesting` of ``text`` if it is JSON at all (a syntax error is left to the caller)."""
+    try:
+        document = from_json(text, allow_inf_nan=False)
+    except ValueError as e:
+        if str(e).startswith(_PARSER_TOO_DEEP):
+            raise _too_deep(where) from None
+        return
+    _check_nesting(document, where)
+
+
+def _check_nesting(document: Any, where: str) -> None:
+    """BadRequestError if ``document`` nests arrays and objects more than ``MAX_NESTING`` levels deep."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise _too_deep(where)
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _too_deep(where: str) -> BadRequestError:
+    return BadRequestError(
+        f"{where} nests JSON arrays and objects more than {MAX_NESTING} levels deep, the limit; nothing was "
+        "written: events are flat JSON objects, sent one per request, as an array of them, or one per line (NDJSON)"
+    )
 
 
 def _relabel(error: EventValidationError, label: Callable[[int], str]) -> EventValidationError:

@@ -4,8 +4,9 @@ For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segmen
 
     lp:p:current                              generation pointer: the master version G served
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
-    lp:p:g:{G}:meta                           hash: computed_at, run_id, events; per view its rows and
-                                              ``measures:{view}``, the order of a row's parts (JSON list)
+    lp:p:g:{G}:meta                           hash: computed_at, run_id, events; per view its rows,
+                                              ``measures:{view}``, the order of a row's parts (JSON list),
+                                              and ``integral:{view}``, the measures whose values are integers
     lp:p:g:{G}:{view}:r[@{ws}]                hash: key -> the row's batch parts as a JSON array: scalar
                                               measures, then each distinct measure's values (an array of at
                                               most EXACT_DISTINCT_MAX), or null when kept as a HyperLogLog
@@ -52,8 +53,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegralType
 
 from shared_logic.views import View
 
@@ -214,3 +216,10 @@ class Keys:
 def row_parts(view: View) -> list[str]:
     """The order of a batch row's parts in Redis: scalar measures, then distinct measures."""
     return [m.name for m in (*view.scalar_measures, *view.distinct_measures)]
+
+
+def integral_parts(view: View, rows: DataFrame) -> list[str]:
+    """The scalar measures of ``view`` whose values are integers over ``rows``: those whose aggregate has
+    an integral Spark type (counts; sums, minima and maxima of integer columns). Analysis only, no job."""
+    scalar = {m.name for m in view.scalar_measures}
+    return [f.name for f in view.aggregate(rows).schema.fields if f.name in scalar and isinstance(f.dataType, IntegralType)]

@@ -104,8 +104,21 @@ class ErrorBody(BaseModel):
     detail: str = Field(description="What is wrong and what to do about it.")
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "Unknown view or key."},
-    422: {"model": ErrorBody, "description": "Parameters that do not fit the view."},
-    503: {"model": ErrorBody, "description": "Cannot answer correctly now (Redis unreachable, nothing published)."},
+#: What each error status means, as the OpenAPI document says it (the body is always an ErrorBody).
+ERROR_MEANINGS: dict[int, str] = {
+    400: "The request cannot be read: malformed JSON, JSON nested too deeply, or a malformed header.",
+    401: "No API key, an unknown key, or no keys configured (`WWW-Authenticate: Bearer`); see the Auth section.",
+    403: "The API key lacks the scope this route needs (the detail names it).",
+    404: "Unknown view, key or batch run.",
+    409: "A batch run is already queued or running (`Location` names it).",
+    422: "A parameter or body that does not fit: the detail names each parameter or field and what is wrong.",
+    503: "Cannot answer correctly now (Redis unreachable, nothing published): the detail says why.",
 }
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route or router: the given error statuses, each with the ErrorBody model."""
+    return {status: {"model": ErrorBody, "description": ERROR_MEANINGS[status]} for status in statuses}
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 422, 503)

@@ -7,30 +7,56 @@ parts, never stored or averaged again.
 
 from __future__ import annotations
 
+import json
+import weakref
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
-from serving.errors import BadQueryError, NotFoundError
+from redis.exceptions import RedisError
+
+from serving.errors import BadQueryError, NotFoundError, UnavailableError
 from serving.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
 from serving.store import Generation, KeyRead, ServingStore
+from serving.times import at, epoch_seconds
+from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
 from shared_logic.measures import Count, Measure
 from shared_logic.views import View
 
 #: Most windows one range query may span (bounds the work of one atomic read).
 MAX_WINDOWS = 2_000
-
-
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+#: Epoch seconds a window addressed by a query must lie in: its start at or after TIME_MIN and its
+#: end (exclusive, itself an answer's time) at or before TIME_MAX, rounded down to a second.
+_FIRST, _LAST = epoch_seconds(TIME_MIN), epoch_seconds(TIME_MAX)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def _at(epoch: float | None) -> datetime | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return None if epoch is None else at(0) + timedelta(seconds=epoch)
+
+
+def _outside(view: View, param: str, t: datetime) -> BadQueryError:
+    size = view.window.seconds  # type: ignore[union-attr]
+    earliest, latest = -(-_FIRST // size) * size, (_LAST - size) // size * size + size
+    return BadQueryError(
+        f"{param}: the {size} s window of view {view.name!r} holding {t.isoformat()} reaches outside the supported "
+        f"time range {TIME_RANGE}; for this view give a time from {at(earliest).isoformat()} to "
+        f"{(at(latest) - _MICROSECOND).isoformat()}"
+    )
+
+
+def _window_of(view: View, param: str, t: datetime) -> int:
+    """Start (epoch seconds) of the window of ``view`` holding ``t``, which must lie in the supported range."""
+    size = view.window.seconds  # type: ignore[union-attr]
+    start = view.window.start_of(epoch_seconds(t))  # type: ignore[union-attr]
+    if start < _FIRST or start + size > _LAST:
+        raise _outside(view, param, t)
+    return start
 
 
 def window_starts(view: View, window_start: datetime | None, start: datetime | None, end: datetime | None) -> list[int]:
-    """Epoch-second window starts a query addresses; [] for an all-time view."""
+    """Epoch-second window starts a query addresses; [] for an all-time view. Times are aware UTC
+    datetimes (``serving.times``); arithmetic is exact, in whole seconds and microseconds."""
     if view.window is None:
         if window_start or start or end:
             raise BadQueryError(f"view {view.name!r} has no window; drop window_start/from/to")
@@ -39,32 +65,60 @@ def window_starts(view: View, window_start: datetime | None, start: datetime | N
     if window_start is not None:
         if start or end:
             raise BadQueryError("give either window_start or from/to, not both")
-        return [view.window.start_of(_utc(window_start).timestamp())]
+        return [_window_of(view, "window_start", window_start)]
     if start is None or end is None:
         raise BadQueryError(
             f"view {view.name!r} is windowed ({size} s tumbling windows): give window_start=<time>, "
             "or from=<time>&to=<time> (ISO 8601 or epoch seconds)"
         )
-    first, stop = view.window.start_of(_utc(start).timestamp()), _utc(end).timestamp()
-    if stop <= _utc(start).timestamp():
+    if end <= start:
         raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()})")
-    count = int(-(-(stop - first) // size))
+    first = _window_of(view, "from", start)
+    count = -(-(end - at(first)) // timedelta(seconds=size))
     if count > MAX_WINDOWS:
         raise BadQueryError(f"the range spans {count} windows; at most {MAX_WINDOWS} per query")
+    if first + count * size > _LAST:
+        raise _outside(view, "to", end - _MICROSECOND)
     return [first + i * size for i in range(count)]
 
 
-def _typed(measure: Measure, value: float | None) -> Any:
-    return int(value) if isinstance(measure, Count) and value is not None else value
+# --------------------------------------------------------------------------------------------
+# integral measures
+
+_INTEGRAL: weakref.WeakKeyDictionary[ServingStore, dict[tuple[int, str], frozenset[str]]] = weakref.WeakKeyDictionary()
 
 
-def combine(view: View, parts: Iterable[dict[str, float | None]]) -> dict[str, Any]:
+async def integral_measures(store: ServingStore, generation: int, view: View) -> frozenset[str]:
+    """The measures of ``view`` whose values are integers in ``generation``: what the batch run recorded
+    (``integral:{view}`` in the generation's metadata: measures over an integral column type), else
+    the counts. Cached per store and generation (a generation's metadata never changes)."""
+    cache = _INTEGRAL.setdefault(store, {})
+    found = cache.get((generation, view.name))
+    if found is None:
+        try:
+            raw = await store.client.hget(store.keys.meta(generation), f"integral:{view.name}")
+        except (RedisError, OSError) as e:
+            raise UnavailableError(f"Redis is unreachable: {e}") from e
+        names = json.loads(raw) if raw else [m.name for m in view.scalar_measures if isinstance(m, Count)]
+        found = frozenset(names)
+        if len(cache) > 256:  # generations come and go: keep the cache small
+            cache.clear()
+        cache[(generation, view.name)] = found
+    return found
+
+
+def _typed(measure: Measure, value: float | None, integral: frozenset[str]) -> Any:
+    """An integral measure's value as an int (parts arrive as floats; exact below 2**53)."""
+    return int(value) if value is not None and measure.name in integral else value
+
+
+def combine(view: View, parts: Iterable[dict[str, float | None]], integral: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Combine scalar parts (windows; batch and realtime) with each measure's monoid."""
     merged: dict[str, Any] = {m.name: None for m in view.scalar_measures}
     for part in parts:
         for measure in view.scalar_measures:
             merged[measure.name] = measure.combine(merged[measure.name], part.get(measure.name))
-    return {m.name: _typed(m, merged[m.name]) for m in view.scalar_measures}
+    return {m.name: _typed(m, merged[m.name], integral) for m in view.scalar_measures}
 
 
 def _finish(view: View, scalars: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
@@ -80,8 +134,7 @@ def _present(part: dict[str, float | None]) -> bool:
 
 
 def _span(start: int, seconds: int) -> dict[str, datetime]:
-    begin = datetime.fromtimestamp(start, tz=timezone.utc)
-    return {"start": begin, "end": begin + timedelta(seconds=seconds)}
+    return {"start": at(start), "end": at(start + seconds)}
 
 
 async def key_answer(
@@ -104,25 +157,27 @@ async def key_answer(
     if not any(present):
         where = f" in the {len(starts)} window(s) asked for" if starts else ""
         raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")
-    value = _finish(view, combine(view, [*read.batch, *read.realtime]), read.distinct_total)
+    integral = await integral_measures(store, read.generation.generation, view)
+    value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
     answer = _answer(view, key, read.generation, value)
     if view.window and window_start is not None:
         answer.window = WindowSpan(**_span(starts[0], view.window.seconds))
     elif view.window:
-        answer.range = WindowSpan(start=_utc(start), end=_utc(end))  # type: ignore[arg-type]
+        answer.range = WindowSpan(start=start, end=end)  # type: ignore[arg-type]
         answer.windows = [
             WindowValue(**_span(s, view.window.seconds),
-                        value=_finish(view, combine(view, [read.batch[i], read.realtime[i]]), read.distinct_merged[i]))
+                        value=_finish(view, combine(view, [read.batch[i], read.realtime[i]], integral),
+                                      read.distinct_merged[i]))
             for i, s in enumerate(starts) if present[i]
         ]
     if explain:
-        answer.explain = _explain(view, read)
+        answer.explain = _explain(view, read, integral)
     return answer
 
 
-def _explain(view: View, read: KeyRead) -> Explanation:
+def _explain(view: View, read: KeyRead, integral: frozenset[str]) -> Explanation:
     def side(scalars: list[dict[str, float | None]], distinct: list[dict[str, int]]) -> dict[str, Any]:
-        merged = combine(view, scalars)
+        merged = combine(view, scalars, integral)
         if len(distinct) == 1:
             merged.update(distinct[0])
         return merged
@@ -153,14 +208,15 @@ async def top_answer(
     if measure not in view.scalar_measures:
         raise BadQueryError(f"top-N ranks by a scalar measure; {measure.name!r} is a distinct count. "
                             f"Use one of {[m.name for m in view.scalar_measures]}")
-    starts = window_starts(view, window_start, None, None) if view.window else []
+    starts = window_starts(view, window_start, None, None)
     read = await store.top(view.name, measure.name, starts[0] if starts else None, n)
+    integral = await integral_measures(store, read.generation.generation, view)
     merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
               for key in read.batch.keys() | read.realtime.keys()}
     ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
     return TopAnswer(
         view=view.name, measure=measure.name, n=n,
         window=WindowSpan(**_span(starts[0], view.window.seconds)) if starts and view.window else None,
-        top=[TopEntry(key=k, value=_typed(measure, v)) for k, v in ranked],
+        top=[TopEntry(key=k, value=_typed(measure, v, integral)) for k, v in ranked],
         generation=read.generation.generation, version=read.generation.version,
     )

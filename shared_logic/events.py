@@ -3,6 +3,11 @@
 A pipeline declares its events as a pydantic model with flat fields of type str, int, float,
 bool or datetime (optionally ``| None``). Validation happens before anything is written: one bad
 event rejects the whole batch, with every problem located by line or index and field.
+
+Besides the model's own rules, every value must fit its master-dataset column: a datetime must
+lie in ``TIME_MIN`` .. ``TIME_MAX`` once converted to UTC (the range of a timestamp in Python,
+Arrow and Spark; a time with a UTC offset, such as ``0001-01-01T00:00:07+13:33``, can fall outside
+it) and an int in the 64-bit signed range. Datetimes are stored in UTC; a naive one is taken as UTC.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic_core import PydanticCustomError
 
 from shared_logic.errors import EventProblem, EventValidationError, PipelineDefinitionError
 
@@ -22,6 +28,14 @@ from shared_logic.errors import EventProblem, EventValidationError, PipelineDefi
 KIND_COLUMN = "_kind"
 
 Clock = Callable[[], datetime]
+
+#: Earliest and latest time an event (or a query) may name, in UTC: the range of a timestamp.
+TIME_MIN = datetime.min.replace(tzinfo=timezone.utc)
+TIME_MAX = datetime.max.replace(tzinfo=timezone.utc)
+#: The allowed range as people read it (in messages and documentation).
+TIME_RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
+#: Range of an int field (an Arrow / Spark 64-bit signed integer column).
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 def _utcnow() -> datetime:
@@ -65,8 +79,9 @@ class EventSchema:
                 f"event_time_field {event_time_field!r} must be a datetime field of {model.__name__}"
             )
         self.event_time_field = event_time_field
-        self._many = TypeAdapter(list[model])
-        self._one = TypeAdapter(model)
+        checked = _fitting_columns(model, self.fields)
+        self._many = TypeAdapter(list[checked])
+        self._one = TypeAdapter(checked)
 
     def arrow_schema(self) -> pa.Schema:
         """Columns of the master dataset: the event fields, then ``_kind`` ('event' or 'barrier')."""
@@ -83,6 +98,18 @@ class EventSchema:
             models = self._many.validate_python(list(events))
         except ValidationError as e:
             raise EventValidationError([_problem(err, lambda i: f"event {i}") for err in e.errors()], source) from e
+        return self._to_table(models, now)
+
+    def validate_json_array(self, body: str | bytes, *, source: str, now: Clock = _utcnow) -> pa.Table:
+        """Validate a JSON array of events strictly, as :meth:`validate_json_lines` does each line.
+
+        Problems are located as ``index <i>`` (from 0); a document that is not a well-formed JSON
+        array is one problem at ``index 0``, field ``(event)``.
+        """
+        try:
+            models = self._many.validate_json(body, strict=True)
+        except ValidationError as e:
+            raise EventValidationError([_problem(err, lambda i: f"index {i}") for err in e.errors()], source) from e
         return self._to_table(models, now)
 
     def validate_json_lines(
@@ -104,19 +131,61 @@ class EventSchema:
         return self._to_table(models, now)
 
     def _to_table(self, models: Sequence[BaseModel], now: Clock) -> pa.Table:
-        """Arrow table of validated events. A missing event time becomes the ingest time, once per call,
-        so it is fixed in the master dataset and both layers see the same value."""
+        """Arrow table of validated events (datetimes already in UTC, see ``_fitting_columns``). A
+        missing event time becomes the ingest time, once per call, so it is fixed in the master
+        dataset and both layers see the same value."""
         columns: dict[str, list[Any]] = {n: [getattr(m, n) for m in models] for n in self.fields}
         if self.event_time_field:
             stamp = now()
             col = columns[self.event_time_field]
-            columns[self.event_time_field] = [stamp if t is None else _as_utc(t) for t in col]
+            columns[self.event_time_field] = [stamp if t is None else t for t in col]
         columns[KIND_COLUMN] = ["event"] * len(models)
         return pa.table(columns, schema=self.arrow_schema())
 
 
-def _as_utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+def _fitting_columns(model: type[BaseModel], fields: dict[str, tuple[type, bool]]) -> type[BaseModel]:
+    """``model`` plus checks that each datetime fits a timestamp column (converted to UTC on the way)
+    and each int a 64-bit column, so such problems are reported with the model's own, located by
+    line or index and field, in the same pass."""
+    times = [n for n, (kind, _) in fields.items() if kind is datetime]
+    ints = [n for n, (kind, _) in fields.items() if kind is int]
+    validators: dict[str, Any] = {}
+    if times:
+        validators["_lambda_fit_times"] = field_validator(*times)(_fit_time)
+    if ints:
+        validators["_lambda_fit_ints"] = field_validator(*ints)(_fit_int)
+    if not validators:
+        return model
+    return create_model(model.__name__, __base__=model, __module__=model.__module__, __validators__=validators)
+
+
+def _fit_time(cls: type, value: datetime | None) -> datetime | None:  # noqa: ARG001 - a validator's signature
+    if value is None:
+        return None
+    utc = as_utc(value)
+    if utc is None:
+        raise PydanticCustomError(
+            "time_range", "{value} is outside the supported time range {range} (in UTC, after applying its offset)",
+            {"value": value.isoformat(), "range": TIME_RANGE},
+        )
+    return utc
+
+
+def _fit_int(cls: type, value: int | None) -> int | None:  # noqa: ARG001 - a validator's signature
+    if value is not None and not INT_MIN <= value <= INT_MAX:
+        raise PydanticCustomError("int_range", "{value} is outside the 64-bit integer range {min} to {max}",
+                                  {"value": value, "min": INT_MIN, "max": INT_MAX})
+    return value
+
+
+def as_utc(t: datetime) -> datetime | None:
+    """``t`` in UTC (a naive ``t`` is taken as UTC), or None when that is outside ``TIME_MIN`` .. ``TIME_MAX``."""
+    if t.tzinfo is None:
+        return t.replace(tzinfo=timezone.utc)
+    try:
+        return t.astimezone(timezone.utc)
+    except OverflowError:
+        return None
 
 
 def _problem(err: Any, locate: Callable[[int], str]) -> EventProblem:

@@ -4,6 +4,9 @@ The API process never runs Spark: ``POST /v1/batch/runs`` records a *queued* run
 registry of ``batch_layer.runs``), and a scheduler process (``lambda-platform schedule``) picks it
 up within half a second. One run at a time: while one is queued or running, a new request
 answers 409 naming it.
+
+Scopes: starting a run needs ``admin``; reading runs (the list, one run) needs ``read``, which is
+open on a loopback address like every read (``serving.auth``).
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ from datetime import datetime, timezone
 from typing import Annotated, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from redis.exceptions import RedisError
 
 from batch_layer.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
 from serving.auth import require
 from serving.errors import ConflictError, NotFoundError, UnavailableError
-from serving.models import ErrorBody
+from serving.models import error_responses
 
 router = APIRouter(prefix="/v1/batch", tags=["batch"])
 
@@ -29,9 +32,11 @@ T = TypeVar("T")
 
 
 class RunRequest(BaseModel):
-    """What to run (the body is optional)."""
+    """What to run (the body is optional). Strict: ``force`` is a JSON boolean, unknown fields are errors."""
 
-    force: bool = Field(
+    model_config = ConfigDict(extra="forbid")
+
+    force: StrictBool = Field(
         False,
         description="Recompute even when the master dataset has not changed since the served generation "
                     "(after a change of the pipeline's logic, say). Without it such a run is recorded as skipped.",
@@ -104,9 +109,6 @@ class BatchRunList(BaseModel):
     runs: list[BatchRunInfo] = Field(description="Runs, newest first.")
 
 
-_ERRORS: dict[int | str, dict] = {
-    503: {"model": ErrorBody, "description": "Redis is unreachable."},
-}
 
 
 def _time(value: float | None) -> datetime | None:
@@ -157,8 +159,7 @@ def _redis(call: Callable[[], T]) -> T:
 
 @router.post(
     "/runs", status_code=202, response_model=BatchRunInfo, summary="Start a batch recompute now",
-    dependencies=[Depends(require("admin"))],
-    responses={409: {"model": ErrorBody, "description": "A batch run is already queued or running."}, **_ERRORS},
+    dependencies=[Depends(require("admin"))], responses=error_responses(400, 409, 422, 503),
 )
 def start_run(
     response: Response, runs: RunsDep,
@@ -180,7 +181,7 @@ def start_run(
 
 @router.get(
     "/runs", response_model=BatchRunList, summary="Recent batch runs, newest first",
-    dependencies=[Depends(require("read"))], responses=_ERRORS,
+    dependencies=[Depends(require("read"))], responses=error_responses(422, 503),
 )
 def list_runs(
     runs: RunsDep,
@@ -198,9 +199,7 @@ def list_runs(
 
 @router.get(
     "/runs/{run_id}", response_model=BatchRunInfo, summary="One batch run",
-    dependencies=[Depends(require("read"))],
-    responses={404: {"model": ErrorBody, "description": "No run has this id (or it is older than the runs kept)."},
-               **_ERRORS},
+    dependencies=[Depends(require("read"))], responses=error_responses(404, 503),
 )
 def get_run(runs: RunsDep, run_id: Annotated[str, Path(description="Run id, as POST /v1/batch/runs answered.")]) -> BatchRunInfo:
     """The run's status, versions, rows per view, duration and error."""

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from serving.deps import StoreDep
 from serving.errors import UnavailableError
-from serving.models import ERROR_RESPONSES, Health
+from serving.models import Health, error_responses
 
 router = APIRouter(tags=["health"])
 
@@ -21,7 +21,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=ERROR_RESPONSES, summary="Readiness: answers can be served")
+@router.get("/readyz", response_model=Health, responses=error_responses(503), summary="Readiness: answers can be served")
 async def readyz(request: Request, store: StoreDep) -> Health:
     """200 when Redis answers and a batch generation is published (answers are exact as of
     ``version``), 503 with the reason otherwise. The detail tells the speed layer's heartbeat,

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Path, Query, Request
 from serving import queries
 from serving.deps import PipelineDep, StoreDep
 from serving.errors import NotFoundError
-from serving.models import ERROR_RESPONSES, KeyAnswer, MeasureInfo, TopAnswer, ViewInfo, ViewList
+from serving.models import KeyAnswer, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
+from serving.times import QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.pipeline import Pipeline
 from shared_logic.views import View
@@ -18,9 +19,10 @@ from shared_logic.views import View
 router = APIRouter(prefix="/v1/views", tags=["views"])
 
 ViewName = Annotated[str, Path(description="View name, as listed by GET /v1/views.")]
-WindowStart = Annotated[
-    datetime | None, Query(description="Windowed views: a time inside the window wanted (ISO 8601 or epoch s).")
-]
+_TIME = ("ISO 8601 (`2024-03-01T09:00:00Z`; no offset means UTC) or epoch seconds (`1709283600`, at most 6 "
+         "decimals; never milliseconds), from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z; the windows it "
+         "addresses must lie in that range too.")
+WindowStart = Annotated[QueryTime, Query(description=f"Windowed views: a time inside the window wanted. {_TIME}")]
 
 
 def _view(pipeline: Pipeline, name: str) -> View:
@@ -30,7 +32,7 @@ def _view(pipeline: Pipeline, name: str) -> View:
         raise NotFoundError(str(e)) from e
 
 
-@router.get("", response_model=ViewList, summary="List views and their freshness")
+@router.get("", response_model=ViewList, summary="List views and their freshness", responses=error_responses(503))
 async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -> ViewList:
     """Every view: keys, measures, window; the served generation; how far behind the master dataset it is."""
     served = await store.generation()
@@ -60,7 +62,8 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
 
 
 @router.get(
-    "/{view}/keys/{key:path}", response_model=KeyAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+    "/{view}/keys/{key:path}", response_model=KeyAnswer, response_model_exclude_none=True,
+    responses=error_responses(404, 422, 503),
     summary="Measures of one key (batch + realtime, exact)",
 )
 async def get_key(
@@ -69,8 +72,8 @@ async def get_key(
     view: ViewName,
     key: Annotated[str, Path(description="Key value, URL-encoded ('/' allowed); several key columns are joined with '|'.")],
     window_start: WindowStart = None,
-    start: Annotated[datetime | None, Query(alias="from", description="Windowed views: range start (inclusive).")] = None,
-    end: Annotated[datetime | None, Query(alias="to", description="Windowed views: range end (exclusive).")] = None,
+    start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
+    end: Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive). {_TIME}")] = None,
     explain: Annotated[bool, Query(description="Add the batch part, the realtime part and their versions.")] = False,
 ) -> KeyAnswer:
     """The measures of ``key``: the served batch generation combined with its realtime segment, exact
@@ -82,7 +85,8 @@ async def get_key(
     )
 
 
-@router.get("/{view}/top", response_model=TopAnswer, response_model_exclude_none=True, responses=ERROR_RESPONSES,
+@router.get("/{view}/top", response_model=TopAnswer, response_model_exclude_none=True,
+            responses=error_responses(404, 422, 503),
             summary="Top keys by a measure (exact)")
 async def get_top(
     pipeline: PipelineDep,
