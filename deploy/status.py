@@ -53,8 +53,10 @@ def status_table(settings: Settings) -> Table:
         beat = time.time() - float(speed["heartbeat_at"])
         processed = int(speed["processed"]) if speed.get("processed") else None
         lag = None if latest is None or processed is None else max(0, latest - max(processed, int(served or -1)))
-        table.add_row("speed layer", "[green]up[/]" if beat < _HEARTBEAT_FRESH else "[red]down[/]",
-                      f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago")
+        up = beat < _HEARTBEAT_FRESH
+        ui = f", Spark UI {speed['ui_url']}" if up and speed.get("ui_url") else ""
+        table.add_row("speed layer", "[green]up[/]" if up else "[red]down[/]",
+                      f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago{ui}")
 
     base = f"http://{settings.http_host}:{settings.http_port}"
     try:
@@ -67,8 +69,12 @@ def status_table(settings: Settings) -> Table:
     registry = RunRegistry.from_url(url, pipeline.name)
     try:
         _, runs = registry.recent(limit=1)
+        schedulers = registry.schedulers()
     finally:
         registry.close()
+    for scheduler in schedulers:
+        ui = f", Spark UI {scheduler.ui_url}" if scheduler.ui_url else ""
+        table.add_row("batch scheduler", "[green]up[/]", f"{scheduler.schedule or 'on demand only'}{ui}")
     if runs:
         run = runs[0]
         detail = f"run {run.id}, generation {run.generation}, {run.duration or 0:.1f}s"

@@ -125,8 +125,9 @@ class SpeedLayer:
         return starting
 
     def heartbeat(self) -> None:
-        """Say the speed layer is alive (also when no new versions arrive)."""
-        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id})
+        """Say the speed layer is alive (also when no new versions arrive), and where its Spark UI is ('' if off)."""
+        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id,
+                                                  "ui_url": self.spark.sparkContext.uiWebUrl or ""})
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
