@@ -19,7 +19,9 @@ the third-party part (``LAMBDA_SPARK_ARCHIVES``), not for our code.
 **What the executor Python must have.** The executors run ``LAMBDA_SPARK_EXECUTOR_PYTHON``
 (default: the driver's own interpreter path, right when workers share the driver's image) at the
 driver's major.minor version (PySpark refuses anything else), with the project's third-party
-dependencies installed: ``EXECUTOR_REQUIREMENTS``. ``check_local_python`` compares versions before
+dependencies installed: ``EXECUTOR_REQUIREMENTS``. The same path must work on the driver's machine
+too: Spark plans the speed layer's Python streaming source in a Python process on the driver,
+started from the executors' interpreter path. ``check_local_python`` compares versions before
 Spark starts when that Python exists on this machine, and ``check_executors`` runs one small job
 at session start on a cluster that imports, on the executors, what they will import: a missing
 package or a wrong Python fails there with a message naming the setting to fix, not later in the
@@ -31,8 +33,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,8 @@ from deploy.errors import DeployError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 #: The project's packages, shipped whole.
 PROJECT_PACKAGES = ("shared_logic", "batch_layer", "speed_layer", "serving", "deploy")
@@ -180,14 +186,22 @@ def check_versions(driver: str, executor: str, python: str) -> None:
 
 
 def check_local_python(python: str) -> None:
-    """Before Spark starts: when the executors' Python is a file on this machine, compare its version.
+    """Before Spark starts: when the executors' Python is also on this machine, compare its version.
 
-    Paths that only exist on the workers (``./environment/bin/python`` inside a shipped archive)
-    are left to ``check_executors``.
+    It should be: Spark plans the speed layer's Python streaming source in a Python process on the
+    driver started from the same path, so a path that exists only on the workers (an unpacked
+    archive) stops the speed layer; that is logged as a warning here, and the executors' side is
+    left to ``check_executors``.
     """
-    if python == sys.executable or not os.path.isabs(python) or not os.path.exists(python):
+    if python == sys.executable:
         return
-    check_versions("%d.%d" % sys.version_info[:2], python_version(python), python)
+    local = python if os.sep in python else shutil.which(python)
+    if local is None or not os.path.exists(local):
+        log.warning("LAMBDA_SPARK_EXECUTOR_PYTHON=%s is not on this machine: the executors may have it, but the speed "
+                    "layer also starts it here (Spark plans its Python streaming source on the driver); unpack the "
+                    "same environment here too (see README, Running on a cluster)", python)
+        return
+    check_versions("%d.%d" % sys.version_info[:2], python_version(local), python)
 
 
 def check_executors(spark: SparkSession, modules: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:

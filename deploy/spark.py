@@ -105,8 +105,3 @@ def _event_log_dir(value: str) -> str:
     folder = Path(parsed.path if parsed.scheme else value).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return folder.as_uri()
-
-
-def ui_url(spark: SparkSession) -> str | None:
-    """The address of ``spark``'s UI, or None when it is off."""
-    return spark.sparkContext.uiWebUrl

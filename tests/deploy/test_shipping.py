@@ -113,7 +113,9 @@ def test_an_executor_python_of_another_version_is_refused_with_the_setting_named
     check_local_python(sys.executable)  # the default: nothing to check
 
 
-def test_a_local_executor_python_is_checked_before_spark_starts(tmp_path: Path) -> None:
+def test_a_local_executor_python_is_checked_before_spark_starts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    check_local_python("./environment/bin/python")  # only on the workers: a warning, the executors check it
+    assert "is not on this machine" in caplog.text and "Python streaming source" in caplog.text
     not_a_python = tmp_path / "python"
     not_a_python.write_text("not executable")
     with pytest.raises(ExecutorPythonError, match="LAMBDA_SPARK_EXECUTOR_PYTHON=.*cannot run it here"):
