@@ -163,10 +163,10 @@ class BatchScheduler:
                 log.warning("batch run %s: cannot renew its lease: %s", run_id, e)
 
     def announce(self) -> None:
-        """Tell the registry this scheduler is alive, with its schedule and next tick."""
+        """Tell the registry this scheduler is alive, with its schedule, next tick and Spark UI address."""
         self.registry.announce(self.owner, schedule=self.schedule.text if self.schedule else None,
                                started_at=self.started_at, next_run_at=self.next_due,
-                               ttl_seconds=max(10.0, self.lease_seconds))
+                               ttl_seconds=max(10.0, self.lease_seconds), ui_url=self.spark.sparkContext.uiWebUrl)
 
 
 def run_scheduler(

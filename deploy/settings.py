@@ -70,6 +70,29 @@ class Settings(BaseSettings):
     master_compact_commits: int = Field(
         1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
     )
+    # Spark on a cluster: code on the executors, and what operators see (deploy/spark.py, deploy/shipping.py).
+    spark_executor_python: str | None = Field(
+        None, description="Python the executors run (a path valid on every worker); unset: the driver's own "
+                          "interpreter. Must be the driver's major.minor version."
+    )
+    spark_ship_code: Literal["auto", "always", "never"] = Field(
+        "auto", description="Ship the project's packages and the pipeline module to the executors as a zip: "
+                            "'auto' on a non-local master, 'always', or 'never' (installed there)."
+    )
+    spark_archives: str | None = Field(
+        None, description="spark.archives: a packed Python environment for the executors, e.g. "
+                          "'lambda-env.tar.gz#environment' (with LAMBDA_SPARK_EXECUTOR_PYTHON=./environment/bin/python)."
+    )
+    spark_ui: bool = Field(False, description="Serve the Spark UI of the batch and speed applications.")
+    spark_ui_port: int | None = Field(
+        None, ge=1, le=65535, description="spark.ui.port (the next free port above it when taken); unset: 4040."
+    )
+    spark_event_log_dir: str | None = Field(
+        None, description="Write Spark event logs here for the history server (a folder, created, or a URI)."
+    )
+    spark_conf: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description='Extra Spark settings as JSON, applied last: {"spark.cores.max": 2}.'
+    )
 
     @field_validator("redis_url")
     @classmethod

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from deploy.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from deploy.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 # --- memory: long-running drivers keep a bounded footprint (issue 7 item 14; benchmarks/soak.py measures it) ---
@@ -50,31 +57,89 @@ def _bound_memory(builder: SparkSession.Builder) -> SparkSession.Builder:
 
 
 def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bool = False) -> SparkSession:
-    """A SparkSession for ``settings``: UTC, parquet timestamps as micros, workers on this interpreter.
+    """A SparkSession for ``settings``: UTC, parquet timestamps as micros, workers on the executor Python.
 
-    Python workers must run the driver's interpreter, or they cannot import the project's packages
-    (or a user's pipeline module); both PYSPARK_PYTHON and spark.pyspark.python are set for that.
+    Python workers run ``LAMBDA_SPARK_EXECUTOR_PYTHON`` (default: the driver's interpreter), which
+    must be the driver's major.minor version (ExecutorPythonError otherwise). On a cluster the
+    project's packages and the pipeline's module are shipped to the executors with the job, and a
+    start-up check proves the executors can import what they will run (``deploy.shipping``).
+    The Spark UI and the event log follow ``LAMBDA_SPARK_UI*`` / ``LAMBDA_SPARK_EVENT_LOG_DIR``
+    (``ui=True`` also turns the UI on); ``LAMBDA_SPARK_CONF`` is applied last.
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    python = executor_python(settings)
+    check_local_python(python)
+    os.environ["PYSPARK_PYTHON"] = python  # what PySpark's Python functions name as their worker
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(settings.spark_master)
         .appName(app_name)
-        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.python", python)
+        .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
         .config("spark.local.dir", str(settings.data_dir.resolve() / "spark-tmp"))
     )
     builder = _bound_memory(builder)  # before any operator-given settings, so those win
+    for key, value in {**_cluster_conf(settings), **_operator_conf(settings, ui=ui), **settings.spark_conf}.items():
+        builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _ship_code(spark, settings, python)
     return spark
+
+
+# --- code on the executors (deploy/shipping.py) ---------------------------------------------------
+def executor_python(settings: Settings) -> str:
+    """The Python the executors run: LAMBDA_SPARK_EXECUTOR_PYTHON, else the driver's interpreter."""
+    return settings.spark_executor_python or sys.executable
+
+
+def _is_local(settings: Settings) -> bool:
+    return settings.spark_master.startswith("local")
+
+
+def _cluster_conf(settings: Settings) -> dict[str, str]:
+    """Spark settings for the executors' environment (a packed environment, when one is given)."""
+    return {"spark.archives": settings.spark_archives} if settings.spark_archives else {}
+
+
+def _ship_code(spark: SparkSession, settings: Settings, python: str) -> None:
+    """Ship the code (LAMBDA_SPARK_SHIP_CODE) and, on a cluster or another Python, check the executors."""
+    modules = pipeline_modules(settings.pipeline)
+    if settings.spark_ship_code == "always" or (settings.spark_ship_code == "auto" and not _is_local(settings)):
+        bundle = build_bundle(modules)
+        ship(spark, bundle)
+        log.info("shipped %s to the executors (%s)", ", ".join(bundle.names), bundle.path.name)
+    if not _is_local(settings) or python != sys.executable:
+        for host, version, executable in check_executors(spark, modules):
+            log.info("executor Python on %s: %s (%s)", host, version, executable)
+
+
+# --- what operators see: the Spark UI and the event log -------------------------------------------
+def _operator_conf(settings: Settings, *, ui: bool) -> dict[str, str]:
+    """The Spark UI (on with LAMBDA_SPARK_UI or ``ui``, at LAMBDA_SPARK_UI_PORT) and the event log."""
+    conf = {"spark.ui.enabled": "true" if settings.spark_ui or ui else "false"}
+    if settings.spark_ui_port is not None:
+        conf["spark.ui.port"] = str(settings.spark_ui_port)
+    if settings.spark_event_log_dir:
+        conf["spark.eventLog.enabled"] = "true"
+        conf["spark.eventLog.dir"] = _event_log_dir(settings.spark_event_log_dir)
+    return conf
+
+
+def _event_log_dir(value: str) -> str:
+    """The event log folder as Spark wants it; a local folder is created (Spark refuses a missing one)."""
+    parsed = urlparse(value)
+    if parsed.scheme not in ("", "file"):
+        return value
+    folder = Path(parsed.path if parsed.scheme else value).expanduser().resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.as_uri()

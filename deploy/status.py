@@ -150,9 +150,12 @@ def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | No
     beat = time.time() - float(speed["heartbeat_at"])
     processed = int(speed["processed"]) if speed.get("processed") else None
     lag = None if latest is None or processed is None else max(0, latest - max(processed, served or -1))
-    facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1)}
-    return Part("speed layer", beat < SPEED_HEARTBEAT_FRESH,
-                f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago", facts)
+    up = beat < SPEED_HEARTBEAT_FRESH
+    ui = speed.get("ui_url") if up else None
+    facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1),
+             "spark_ui": ui or None}
+    return Part("speed layer", up, f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago"
+                + (f", Spark UI {ui}" if ui else ""), facts)
 
 
 def _scheduler(registry: RunRegistry) -> Part:
@@ -163,7 +166,9 @@ def _scheduler(registry: RunRegistry) -> Part:
     when = f", next run in {max(0.0, first.next_run_at - time.time()):.0f}s" if first.next_run_at else ""
     schedule = f"schedule {first.schedule}" if first.schedule else "on-demand runs only"
     more = f" ({len(alive)} schedulers)" if len(alive) > 1 else ""
-    return Part("scheduler", True, f"{schedule}{when}{more}", {"schedulers": len(alive), "schedule": first.schedule})
+    ui = f", Spark UI {first.ui_url}" if first.ui_url else ""
+    return Part("scheduler", True, f"{schedule}{when}{more}{ui}",
+                {"schedulers": len(alive), "schedule": first.schedule, "spark_ui": first.ui_url})
 
 
 def _last_run(registry: RunRegistry) -> Part:

@@ -154,8 +154,10 @@ class SpeedLayer:
         return current is None or current.decode() != self.epoch
 
     def heartbeat(self, state: str = "running") -> None:
-        """Say the speed layer is alive (also when no new versions arrive), and what it is doing."""
-        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id, "state": state})
+        """Say the speed layer is alive (also when no new versions arrive), what it is doing, and where its
+        Spark UI is ('' if off)."""
+        self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id, "state": state,
+                                                  "ui_url": self.spark.sparkContext.uiWebUrl or ""})
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
