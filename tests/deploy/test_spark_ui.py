@@ -40,8 +40,8 @@ def test_the_scheduler_serves_its_spark_ui_writes_an_event_log_and_status_shows_
         while True:
             status = subprocess.run([sys.executable, "-m", "deploy.cli", "status"], env=env, capture_output=True,
                                     text=True, timeout=300)
-            line = next((x for x in status.stdout.splitlines() if "batch scheduler" in x), "")
-            if "Spark UI http://" in line:
+            line = next((x for x in status.stdout.splitlines() if "scheduler" in x and "Spark UI http://" in x), "")
+            if line:
                 break
             assert scheduler.poll() is None, (tmp_path / "scheduler.log").read_text()[-3000:]
             assert time.monotonic() < deadline, f"status never showed the scheduler's UI:\n{status.stdout}"
