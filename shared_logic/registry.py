@@ -41,7 +41,7 @@ def load_pipeline(name: str) -> Pipeline:
     PipelineDefinitionError when it does not follow the contract.
     """
     module_path = BUILTIN_PIPELINES.get(name, name)
-    module = _import(module_path, Path.cwd())
+    module = importlib.import_module(module_path) if name in BUILTIN_PIPELINES else _import(module_path, Path.cwd())
     pipeline = getattr(module, "pipeline", None)
     if not isinstance(pipeline, Pipeline):
         raise PipelineDefinitionError(
