@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: Query failures worth a restart of the query alone: Redis gone for a moment (the supervisor restarts
+#: it), or a Python worker slower to start than Spark waits for (10 s, fixed) on a busy machine.
+_TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
+              "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError")
+
+
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
     """Let the micro-batch in flight finish, then stop (a stopped-midway batch would be replayed anyway).
 
@@ -58,7 +64,8 @@ def run_speed_layer(
 
     When Redis lost its data (epoch changed), the query is restarted from the served generation
     with fresh segments; while no generation is served it waits for one, heartbeating with the
-    reason (``state`` in the speed hash). Any other failure of the query is raised.
+    reason (``state`` in the speed hash); after a transient failure (``_TRANSIENT``) it is restarted
+    from its checkpoint, in this process. Any other failure of the query is raised.
     """
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -89,6 +96,11 @@ def run_speed_layer(
         error = query.exception()
         if error is not None and "EpochChangedError" in str(error):
             log.warning("Redis lost its data under the speed layer; rebuilding segments from the served generation")
+            continue
+        if error is not None and any(transient in str(error) for transient in _TRANSIENT):
+            # Restart the query in this process: a new process would pay for a JVM and a session again.
+            log.warning("the speed layer's query failed (%s); restarting it in 2 s", str(error).splitlines()[0][:200])
+            stop.wait(2.0)
             continue
         if error is not None:
             raise RuntimeError(f"the speed layer's query failed: {error}") from None

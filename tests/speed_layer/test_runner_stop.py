@@ -1,4 +1,5 @@
-"""Stopping the speed layer waits for the micro-batch in flight, not for the query to catch up."""
+"""Stopping the speed layer waits for the micro-batch in flight, not for the query to catch up; a
+transient failure of its query restarts the query, not the process."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+import redis
 from pyspark.sql import DataFrame, SparkSession
 
+from batch_layer.master import MasterDataset
+from batch_layer.recompute import run_batch
+from batch_layer.storage import get_engine
+from shared_logic import load_pipeline
 from speed_layer.runner import _stop_after_trigger
+from tests.speed_layer.conftest import running_speed_layer, wait_caught_up
 
 
 def test_a_query_behind_stops_after_the_micro_batch_in_flight(spark: SparkSession, tmp_path: Path) -> None:
@@ -36,3 +44,31 @@ def test_a_query_behind_stops_after_the_micro_batch_in_flight(spark: SparkSessio
     finally:
         if query.isActive:
             query.stop()
+
+
+def test_a_transient_query_failure_restarts_the_query_in_process(
+    spark: SparkSession, make_settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis gone for longer than the client's retries: the query fails, and the runner restarts it (not the process)."""
+    from speed_layer.job import SpeedLayer
+
+    settings = make_settings(speed_trigger_seconds=0.2)
+    pipeline = load_pipeline(settings.pipeline)
+    master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
+    master.append(pipeline.schema.validate([{"text": "one two two"}]))
+    run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
+    master.append(pipeline.schema.validate([{"text": "three three three"}]))
+    process, failures = SpeedLayer._process, []
+
+    def fails_once(self: SpeedLayer, batch: DataFrame, batch_id: int) -> None:  # the injected fault
+        if not failures:
+            failures.append(batch_id)
+            raise redis.exceptions.ConnectionError("Error 111 connecting to Redis (injected)")
+        process(self, batch, batch_id)
+
+    monkeypatch.setattr(SpeedLayer, "_process", fails_once)
+    with running_speed_layer(spark, settings) as thread:
+        latest = wait_caught_up(settings)
+        assert thread.is_alive(), "the runner gave up on a transient failure"
+    assert failures, "the fault was not injected"
+    assert latest == master.latest_version()
