@@ -20,6 +20,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     """
     from pyspark.sql import SparkSession
 
+    from batch_layer.storage import engine_spark_conf
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
@@ -31,6 +33,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
+        .config(map=engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
+                                      snapshot_partitions=settings.spark_shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
