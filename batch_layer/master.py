@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
-from batch_layer.storage import Appender, CompactionResult, StorageEngine
+from batch_layer.storage import Appender, CompactionResult, SparkStorage, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
@@ -118,6 +118,12 @@ class MasterDataset:
         """
         if not file.is_file():
             raise IngestError(f"cannot ingest {file}: no such file")
+        if isinstance(self.engine, SparkStorage):  # read, validated and appended by Spark (None: no Spark here)
+            self.ensure()
+            bulk = self.engine.ingest_json_lines(self.path, file, self.pipeline.schema, metadata={"lambda.source": file.name})
+            if bulk is not None:
+                log.info("ingested %d events from %s at master version %d", bulk.events, file, bulk.version)
+                return IngestResult(bulk.events, bulk.version)
         counter = _Counter()
         batches = self._validated_batches(file, counter)
         reader = pa.RecordBatchReader.from_batches(self.schema, batches)

@@ -1,8 +1,11 @@
 """The storage engine interface: how the layers read and write Delta tables.
 
-The layers never call a Delta library directly; they go through a :class:`StorageEngine`, so a
-JVM engine (delta-spark, for clusters) can stand beside the embedded delta-rs engine without
-touching them. Engines are registered by name in ``ENGINES``.
+The layers never call a Delta library directly; they go through a :class:`StorageEngine`, so the
+JVM engine (delta-spark, for clusters) stands beside the embedded delta-rs engine. Engines are
+registered by name in :func:`get_engine`. An engine whose Delta runs inside Spark also implements
+:class:`SparkStorage` (Spark writes the tables itself); for an engine that does not, the callers
+keep their delta-rs way (gold: Spark writes parquet, delta-rs commits the files; the speed layer:
+a Python streaming source over the log) and :func:`compact` / :func:`vacuum` use delta-rs.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -18,6 +21,8 @@ from batch_layer.errors import StorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from shared_logic.events import EventSchema
 
 
 class CommitConflictError(StorageError):
@@ -122,11 +127,84 @@ class StorageEngine(Protocol):
         so change-feed readers skip it); safe alongside concurrent appends."""
 
 
+@dataclass(frozen=True)
+class GenerationCommit:
+    """Where a generation written by :meth:`SparkStorage.write_generation` landed."""
+
+    version: int
+    rows: int
+
+
+class IngestedFile(Protocol):
+    """What a bulk ingest committed: ``events`` rows at master ``version``."""
+
+    events: int
+    version: int
+
+
+@runtime_checkable
+class SparkStorage(Protocol):
+    """Operations of an engine whose Delta runs inside Spark (delta-spark): Spark writes and reads
+    the tables itself, distributed, with Delta's own transactions."""
+
+    def write_generation(self, rows: DataFrame, path: Path, *, app_id: str, app_version: int,
+                         metadata: Mapping[str, str]) -> GenerationCommit | None:
+        """Replace the table's content with ``rows`` in one commit recording (app_id, app_version).
+
+        Idempotent: None, committing nothing, when that transaction (or a later one) is recorded.
+        """
+
+    def read_version(self, spark: SparkSession, path: Path, version: int) -> DataFrame:
+        """The table as of ``version``."""
+
+    def ingest_json_lines(self, path: Path, file: Path, schema: EventSchema, *,
+                          metadata: Mapping[str, str]) -> IngestedFile | None:
+        """Append a JSON Lines file validated against ``schema`` in one commit: all of it, or on any
+        bad line none of it (EventValidationError listing every problem by line and field, as
+        ``MasterDataset.ingest_file``). None when this process runs no Spark (the caller ingests
+        another way)."""
+
+    def compact(self, path: Path, *, target_size: int | None = None,
+                metadata: Mapping[str, str] | None = None) -> CompactionResult:
+        """As :meth:`StorageEngine.compact`, run by Spark."""
+
+    def vacuum(self, path: Path, *, retention_hours: float, enforce_retention: bool = True) -> None:
+        """Delete files that no version within ``retention_hours`` needs."""
+
+    def change_stream(self, spark: SparkSession, path: Path, schema: pa.Schema, *, after: int,
+                      version_column: str, max_files: int, max_rows: int | None) -> DataFrame:
+        """Rows inserted after version ``after`` as a streaming DataFrame: ``schema``'s columns and
+        ``version_column``, the commit that added the row."""
+
+
+def vacuum(engine: StorageEngine, path: Path, *, retention_hours: float, enforce_retention: bool = True) -> None:
+    """Delete the files of ``path`` that no version within ``retention_hours`` needs (Delta's rules)."""
+    if isinstance(engine, SparkStorage):
+        engine.vacuum(path, retention_hours=retention_hours, enforce_retention=enforce_retention)
+        return
+    from deltalake import DeltaTable
+
+    # delta-rs reads a retention of 0 as "the table's default": the shortest it takes is 1 hour.
+    DeltaTable(str(path)).vacuum(retention_hours=int(retention_hours), dry_run=False,
+                                 enforce_retention_duration=enforce_retention)
+
+
+def engine_spark_conf(name: str, *, ivy_dir: Path, snapshot_partitions: int) -> dict[str, str]:
+    """The Spark configuration engine ``name`` needs (delta-spark: the JVM Delta jars, resolved once
+    into the Ivy cache ``ivy_dir``, and its SQL extension and catalog; delta-rs: nothing)."""
+    if name != "delta-spark":
+        return {}
+    from batch_layer.delta_spark import delta_spark_conf
+
+    return delta_spark_conf(ivy_dir, snapshot_partitions=snapshot_partitions)
+
+
 def get_engine(name: str) -> StorageEngine:
     """The engine registered as ``name`` (see ``Settings.storage_engine``)."""
     from batch_layer.delta_rs import DeltaRsEngine
+    from batch_layer.delta_spark import DeltaSparkEngine
 
-    engines: dict[str, type] = {"delta-rs": DeltaRsEngine}
+    engines: dict[str, type] = {"delta-rs": DeltaRsEngine, "delta-spark": DeltaSparkEngine}
     try:
         return engines[name]()
     except KeyError:

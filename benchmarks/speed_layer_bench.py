@@ -130,13 +130,13 @@ def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_
     )
 
 
-def throughput(events: int, versions: int, users: int, data_dir: Path) -> None:
+def throughput(events: int, versions: int, users: int, data_dir: Path, storage_engine: str = "delta-rs") -> None:
     from deploy.spark import build_spark
     from speed_layer.runner import run_speed_layer
 
     settings = load_settings(data_dir=data_dir, pipeline="payments", speed_trigger_seconds=0.0,
                              speed_max_rows_per_trigger=500_000, spark_driver_memory="6g",
-                             speed_write_partitions=2)
+                             speed_write_partitions=2, storage_engine=storage_engine)
     redis_url = ensure_embedded_redis(settings.redis_dir)
     pipeline = load_pipeline("payments")
     master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
@@ -196,6 +196,8 @@ def main() -> None:
     th.add_argument("--versions", type=int, default=200)
     th.add_argument("--users", type=int, default=50_000,
                     help="distinct users: how many view rows (Redis writes) a micro-batch's events fold into")
+    th.add_argument("--storage-engine", choices=("delta-rs", "delta-spark"), default="delta-rs",
+                    help="delta-spark: the speed layer reads Delta's own streaming source (change data feed)")
     for p in (f, th):
         p.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args()
@@ -203,7 +205,7 @@ def main() -> None:
     if args.which == "freshness":
         freshness(args.events, args.rate, data_dir)
     else:
-        throughput(args.events, args.versions, args.users, data_dir)
+        throughput(args.events, args.versions, args.users, data_dir, args.storage_engine)
     sys.stdout.flush()
     os._exit(0)
 

@@ -137,6 +137,10 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from shared_logic.registry import load_pipeline
 
     master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    if settings.storage_engine == "delta-spark":  # the file is read, validated and appended by Spark
+        from deploy.spark import build_spark
+
+        build_spark(settings, f"lambda-ingest-{settings.pipeline_slug}")
     with progress(f"ingesting {args.file}"):
         result = master.ingest_file(args.file)
     console.print(f"[green]ingested {result.events} events[/] from {escape(str(args.file))} at master version {result.version}")

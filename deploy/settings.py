@@ -40,8 +40,11 @@ class Settings(BaseSettings):
     spark_master: str = Field("local[*]", description="Spark master URL for the batch and speed layers.")
     spark_shuffle_partitions: int = Field(8, ge=1, le=10_000, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field("2g", description="spark.driver.memory for local mode.")
-    storage_engine: Literal["delta-rs"] = Field(
-        "delta-rs", description="Delta Lake writer: 'delta-rs' (embedded, no JVM jars)."
+    storage_engine: Literal["delta-rs", "delta-spark"] = Field(
+        "delta-rs", description="Delta Lake engine: 'delta-rs' (embedded, no JVM jars) or 'delta-spark' (JVM Delta in Spark)."
+    )
+    spark_ivy_dir: Path = Field(
+        Path("~/.cache/lambda-platform/ivy"), description="Ivy cache for Spark's jars (delta-spark), shared by every run."
     )
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")

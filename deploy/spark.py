@@ -68,6 +68,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     """
     from pyspark.sql import SparkSession
 
+    from batch_layer.storage import engine_spark_conf
+
     python = executor_python(settings)
     check_local_python(python)
     os.environ["PYSPARK_PYTHON"] = python  # what PySpark's Python functions name as their worker
@@ -82,6 +84,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
+        .config(map=engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
+                                      snapshot_partitions=settings.spark_shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")

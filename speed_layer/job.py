@@ -40,8 +40,9 @@ from serving.keys import Keys
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
+from speed_layer.input import master_changes
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
-from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
+from speed_layer.source import VERSION_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,16 +73,7 @@ class SpeedLayer:
         """Start (or resume from the checkpoint) the streaming query."""
         starting = self._identity()
         self.master.ensure()
-        self.spark.dataSource.register(MasterChangesSource)
-        stream = (
-            self.spark.readStream.format(SOURCE_NAME)
-            .option("path", str(self.master.path))
-            .option("schema_json", master_schema_option(self.master.schema))
-            .option("starting_version", str(starting))
-            .option("max_versions_per_trigger", str(self.settings.speed_max_versions_per_trigger))
-            .option("max_rows_per_trigger", str(self.settings.speed_max_rows_per_trigger or ""))
-            .load()
-        )
+        stream = master_changes(self.spark, self.master, self.settings, starting=starting)
         query = (
             stream.writeStream.foreachBatch(self._process)
             .option("checkpointLocation", str(self.checkpoint))

@@ -95,12 +95,22 @@ def make_settings(tmp_path: Path, redis_url: str) -> Callable[..., Settings]:
     return make
 
 
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def storage_engine(request: pytest.FixtureRequest) -> str:
+    """The storage engine of a parity test: a test taking this fixture runs once per engine
+    (pass it on as ``make_settings(storage_engine=storage_engine)``)."""
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - SparkSession, imported lazily
+    """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
+    cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
     from deploy.spark import build_spark
 
     settings = load_settings(
-        data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2
+        data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,
+        storage_engine="delta-spark",
     )
     session = build_spark(settings, "lambda-tests")
     yield session

@@ -48,10 +48,11 @@ def _ingest(master: MasterDataset, path: Path, events: list[dict[str, object]]) 
 
 
 @pytest.mark.parametrize("fault", ["after-gold", "before-flip"])
-def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_path: Path, fault: str) -> None:
-    settings = make_settings(pipeline="payments")
+def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_path: Path, fault: str,
+                                                     storage_engine: str) -> None:
+    settings = make_settings(pipeline="payments", storage_engine=storage_engine)
     pipeline = load_pipeline("payments")
-    master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
+    master = MasterDataset(settings.master_path, pipeline, get_engine(storage_engine))
     first = [{"user_id": f"u{i % 4}", "merchant": f"m{i % 3}", "amount": i, "event_time": "2026-01-01T00:00:00Z"}
              for i in range(20)]
     _ingest(master, tmp_path / "first.jsonl", first)
@@ -63,7 +64,8 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
     second = [{"user_id": "u9", "merchant": "m9", "amount": 1, "event_time": "2026-01-01T00:00:00Z"}] * 5
     _ingest(master, tmp_path / "second.jsonl", second)
     env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
-           "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": fault}
+           "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": fault,
+           "LAMBDA_STORAGE_ENGINE": storage_engine}
     killed = subprocess.run([sys.executable, "-m", "deploy.cli", "batch", "run"], env=env, capture_output=True,
                             timeout=300)
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]

@@ -45,7 +45,7 @@ START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
 
 def _master(settings) -> MasterDataset:  # noqa: ANN001
-    return MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine("delta-rs"))
+    return MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
 
 
 def _ingest_some(master: MasterDataset, rng: random.Random, n: int) -> None:
@@ -58,9 +58,10 @@ READ_ITEMS = [(view, user, window) for user in oracle.PAYMENT_USERS
               for view, window in (("spend_by_user", None), ("spend_by_user_hourly", int(START.timestamp()) + 3600))]
 
 
-def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
+def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api, storage_engine) -> None:
     # Small chunks: a micro-batch takes many write calls, so readers often land between two of them.
-    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3)
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3,
+                             storage_engine=storage_engine)
     master, rng = _master(settings), random.Random(11)
     _ingest_some(master, rng, 80)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
@@ -71,7 +72,7 @@ def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settin
                 if step in (3, 9):
                     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
                 if step == 6:
-                    DeltaTable(str(settings.master_path)).optimize.compact()
+                    master.engine.compact(settings.master_path)
                 time.sleep(rng.uniform(0, 0.3))
             version = wait_caught_up(settings)
         assert assert_exact(server.base_url, settings, version) > 50
@@ -117,7 +118,8 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
 def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:  # noqa: ANN001
     env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
            "LAMBDA_PIPELINE": settings.pipeline, "LAMBDA_SPARK_MASTER": "local[2]",
-           "LAMBDA_SPEED_TRIGGER_SECONDS": "0.2", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2", **(env_extra or {})}
+           "LAMBDA_SPEED_TRIGGER_SECONDS": "0.2", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2",
+           "LAMBDA_STORAGE_ENGINE": settings.storage_engine, **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "deploy.cli", "speed", "run"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -132,8 +134,8 @@ def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:  #
         time.sleep(0.1)
 
 
-def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
-    settings = make_settings(pipeline="payments")
+def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api, storage_engine) -> None:
+    settings = make_settings(pipeline="payments", storage_engine=storage_engine)
     master, rng = _master(settings), random.Random(23)
     _ingest_some(master, rng, 60)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
@@ -160,7 +162,8 @@ def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings
         speed.wait(30)
         # A batch run killed midway while events keep coming.
         env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
-               "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": "before-flip"}
+               "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": "before-flip",
+               "LAMBDA_STORAGE_ENGINE": storage_engine}
         killed = subprocess.run([sys.executable, "-m", "deploy.cli", "batch", "run"], env=env, capture_output=True,
                                 timeout=300)
         assert killed.returncode == -9
@@ -178,11 +181,12 @@ def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings
         assert speed.wait(120) == 0, "SIGTERM did not stop the speed layer cleanly"
 
 
-def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path) -> None:
+def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path, storage_engine) -> None:
     durable = RedisServer(tmp_path / "redis-aof")
     durable.start(appendonly=True)
     try:
-        settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2)
+        settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2,
+                                 storage_engine=storage_engine)
         master, rng = _master(settings), random.Random(5)
         _ingest_some(master, rng, 40)
         run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
