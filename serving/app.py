@@ -21,6 +21,7 @@ from serving.errors import ServingError
 from serving.freshness import MasterClock
 from serving.metrics import install_metrics
 from serving.models import error_responses
+from serving.openapi import document_server
 from serving.routes import batch, events, health, views
 from serving.store import ServingStore
 from shared_logic.errors import SharedLogicError, UnknownNameError
@@ -125,6 +126,8 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse(status_code=400, content={
                 "error": "BadRequestError", "detail": f"malformed JSON body: {problem} at character {position}"})
         detail = "; ".join(_problem(e) for e in errors) or "the request does not fit this route"
+        if errors and all((e.get("loc") or ("",))[0] == "header" for e in errors):
+            return JSONResponse(status_code=400, content={"error": "BadRequestError", "detail": detail})
         return JSONResponse(status_code=422, content={"error": "RequestValidationError", "detail": detail})
 
     @app.exception_handler(ServingError)
@@ -202,4 +205,5 @@ def create_app(settings: Settings, *, redis_url: str) -> FastAPI:
     app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
     app.include_router(health.router)
     install_docs(app)
+    document_server(app, pipeline, settings.http_host)
     return app

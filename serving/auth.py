@@ -1,8 +1,16 @@
 """API keys with scopes: ``read``, ``ingest``, ``admin``.
 
 Keys come from ``settings.api_keys`` (``LAMBDA_API_KEYS``, JSON ``{"key": ["read", ...]}``) and are
-sent as ``Authorization: Bearer <key>``. ``require(scope)`` is the FastAPI dependency a router is
-included with:
+sent as ``Authorization: Bearer <key>``. ``require(scope)`` is the FastAPI dependency a router (or
+a route) is included with. The scopes, decided once for every route:
+
+* ``read``: ``GET /v1/views...`` (views, keys, top-N) and ``GET /v1/batch/runs``,
+  ``GET /v1/batch/runs/{run_id}`` (reading batch runs is reading);
+* ``ingest``: ``POST /v1/events``;
+* ``admin``: ``POST /v1/batch/runs`` (starting a recompute);
+* none: ``/healthz``, ``/readyz``, ``/metrics``, ``/docs`` (and its assets), ``/openapi.json``.
+
+When each scope is asked for:
 
 * ``ingest`` and ``admin`` are always required;
 * ``read`` is required only when the server binds to a non-loopback address (``settings.http_host``
@@ -40,8 +48,8 @@ bearer = HTTPBearer(
     bearerFormat="API key",
     description=(
         "An API key from LAMBDA_API_KEYS, sent as `Authorization: Bearer <key>`. Scopes: `read` "
-        "(views; needed only when the server binds to a non-loopback address), `ingest` (events), "
-        "`admin` (batch runs)."
+        "(views and batch runs: GET routes; needed only when the server binds to a non-loopback address), "
+        "`ingest` (POST /v1/events), `admin` (POST /v1/batch/runs)."
     ),
 )
 
@@ -110,7 +118,7 @@ def require(scope: str) -> Callable[..., Any]:
     """A FastAPI dependency that admits requests whose key has ``scope`` (see the module doc)."""
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
-    what = {"read": "reading views", "ingest": "ingesting events", "admin": "running batches"}[scope]
+    what = {"read": "reading views and batch runs", "ingest": "ingesting events", "admin": "starting batch runs"}[scope]
 
     async def _require(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]

@@ -97,6 +97,8 @@ JSON_TYPES = ("application/json",)
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl")
 #: Longest Idempotency-Key accepted (as in Stripe's API).
 MAX_KEY_LENGTH = 255
+#: What an Idempotency-Key may hold: printable ASCII (space to tilde).
+IDEMPOTENCY_KEY_PATTERN = r"^[ -~]+$"
 #: Bodies larger than this are parsed and validated in a worker thread (keeps the loop answering).
 INLINE_PARSE_BYTES = 1 << 20
 #: Most Arrow bytes gathered into one commit; the rest waits for the next commit.
@@ -115,6 +117,7 @@ _JSON_WS = b" \t\n\r"
 #: How pydantic-core's JSON parser says a document nests deeper than it reads (about 200 levels).
 _PARSER_TOO_DEEP = "recursion limit exceeded"
 _LINE = re.compile(r"line (\d+)")
+_KEY_CHARACTERS = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,8 +307,8 @@ class IdempotencyKey:
 
     @classmethod
     def of(cls, key: str, fmt: str, body: bytes) -> IdempotencyKey:
-        if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable():
-            raise BadRequestError(f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters")
+        if not 1 <= len(key) <= MAX_KEY_LENGTH or not _KEY_CHARACTERS.fullmatch(key):
+            raise BadRequestError(f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable ASCII characters")
         digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
         body_hash = hashlib.sha256(fmt.encode() + b"\0" + body).hexdigest()
         return cls(f"ingest:{digest}", body_hash)

@@ -199,7 +199,7 @@ def list_runs(
 
 @router.get(
     "/runs/{run_id}", response_model=BatchRunInfo, summary="One batch run",
-    dependencies=[Depends(require("read"))], responses=error_responses(404, 503),
+    dependencies=[Depends(require("read"))], responses=error_responses(404, 422, 503),
 )
 def get_run(runs: RunsDep, run_id: Annotated[str, Path(description="Run id, as POST /v1/batch/runs answered.")]) -> BatchRunInfo:
     """The run's status, versions, rows per view, duration and error."""

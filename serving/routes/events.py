@@ -12,7 +12,10 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from serving.ingest import (
+    IDEMPOTENCY_KEY_PATTERN,
     JSON_TYPES,
+    MAX_KEY_LENGTH,
+    MAX_NESTING,
     NDJSON_TYPES,
     IdempotencyKey,
     Ingestor,
@@ -70,14 +73,17 @@ or `the event`) and its field, and nothing of the request is written.
 Concurrent requests are committed together (group commit: one Delta commit per
 `LAMBDA_INGEST_GROUP_COMMIT_MS` window), so several requests may answer with the same `version`.
 
-**Idempotency-Key** (optional, up to 255 characters, as in the IETF Idempotency-Key draft):
+**Idempotency-Key** (optional, 1 to 255 printable ASCII characters, as in the IETF Idempotency-Key draft):
 a retried request with the same key and body writes nothing and gets the first answer again
 (with `Idempotent-Replayed: true`), also after a server restart; the key is recorded in the
 master dataset's Delta log in the same commit as the events. The same key with another body is
-a 422. Send one whenever a request might be retried (timeouts, 503).
+a 422. Send one whenever a request might be retried (timeouts, 503). A malformed key is a 400.
 
-Limits: bodies up to `LAMBDA_MAX_BODY_BYTES` (413 above).
-"""
+Limits: bodies up to `LAMBDA_MAX_BODY_BYTES` (413 above); JSON nested at most
+{max_nesting} levels deep (events are flat; 400 above). Times in UTC from
+0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (a time with an offset must fall inside
+once converted); integers within 64 bits.
+""".format(max_nesting=MAX_NESTING)
 
 _JSON_EXAMPLES: dict[str, Any] = {
     "one": {"summary": "One event (wordcount)", "value": {"text": "the quick brown fox", "event_time": _EXAMPLE_TIME}},
@@ -104,7 +110,10 @@ def _request_body(event_schema: dict[str, Any], json_examples: dict[str, Any], n
         "examples": json_examples,
     }
     ndjson_content = {
-        "schema": {"type": "string", "description": "One event (JSON object) per line."},
+        # OpenAPI 3.1 has no schema for a sequence of documents (3.2's itemSchema): this one describes the
+        # events, and the description says each is sent as one line.
+        "schema": {"type": "array", "items": event_schema, "minItems": 1,
+                   "description": "The events, each sent as one JSON object per line (NDJSON / JSON Lines)."},
         "examples": {"lines": {"summary": "Events, one per line", "value": ndjson}},
     }
     return {
@@ -125,7 +134,8 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
     400: {"model": ErrorBody,
-          "description": "The body is not JSON (the detail gives line and column), or a malformed header."},
+          "description": "The body is not JSON (the detail gives line and column), JSON nested too deeply, or a "
+                         "malformed Idempotency-Key."},
     413: {"model": ErrorBody, "description": "The body is larger than `LAMBDA_MAX_BODY_BYTES`; nothing was written."},
     415: {"model": ErrorBody, "description": "Content-Type is not application/json or application/x-ndjson."},
     422: {
@@ -159,7 +169,9 @@ async def ingest_events(
         str | None,
         Header(
             alias="Idempotency-Key",
-            description="Makes a retry of this request a no-op answered with the first answer (1-255 characters).",
+            description="Makes a retry of this request a no-op answered with the first answer "
+                        f"(1-{MAX_KEY_LENGTH} printable ASCII characters; 400 otherwise).",
+            min_length=1, max_length=MAX_KEY_LENGTH, pattern=IDEMPOTENCY_KEY_PATTERN,
         ),
     ] = None,
 ) -> Response:

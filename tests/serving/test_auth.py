@@ -3,7 +3,8 @@
 The app under test is wired the way ``serving.app`` wires it (and built here, so these tests do
 not depend on that wiring): the real views and health routers, plus an ingest and a batch-run
 endpoint standing in for theirs, each router included with ``require(scope)``:
-views need ``read`` (only off loopback), ingest ``ingest``, batch runs ``admin``; /healthz,
+views and reading batch runs need ``read`` (only off loopback), ingest ``ingest``, starting a batch
+run ``admin``; /healthz,
 /readyz, /metrics, /docs and /openapi.json stay open. Nothing is published in Redis, so a read
 that gets past auth answers 503 "no batch generation"; auth answers 401 or 403 before that.
 """
@@ -69,17 +70,17 @@ def build_app(settings: Settings, redis_url: str) -> FastAPI:
 
     batch = APIRouter(prefix="/v1/batch", tags=["batch"])
 
-    @batch.post("/runs")
+    @batch.post("/runs", dependencies=[Depends(require("admin"))])
     async def post_run() -> dict[str, str]:
         return {"run_id": "r1"}
 
-    @batch.get("/runs")
+    @batch.get("/runs", dependencies=[Depends(require("read"))])
     async def list_runs() -> list[str]:
         return []
 
     app.include_router(views.router, dependencies=[Depends(require("read"))])
     app.include_router(ingest, dependencies=[Depends(require("ingest"))])
-    app.include_router(batch, dependencies=[Depends(require("admin"))])
+    app.include_router(batch)  # each route names its scope, as serving.app does
     app.include_router(health.router)
     return app
 
@@ -124,7 +125,7 @@ def calls(client: httpx.Client) -> dict[str, Callable[..., httpx.Response]]:
         "read list": lambda **kw: client.get("/v1/views", **kw),
         "ingest": lambda **kw: client.post("/v1/events", **kw),
         "admin": lambda **kw: client.post("/v1/batch/runs", **kw),
-        "admin list": lambda **kw: client.get("/v1/batch/runs", **kw),
+        "runs list": lambda **kw: client.get("/v1/batch/runs", **kw),
     }
 
 
@@ -138,10 +139,10 @@ def test_loopback_reads_are_open_and_writes_need_their_scope(serve: Callable[...
         response = c["read"]()
         assert response.status_code == 503 and "no batch generation" in response.text, response.text
         assert c["read list"]().status_code == 200
+        assert c["runs list"]().status_code == 200
         assert c["read"](headers=bearer(INGEST)).status_code == 503
 
-        for name, scope, key in (("ingest", "ingest", INGEST), ("admin", "admin", ADMIN),
-                                 ("admin list", "admin", ADMIN)):
+        for name, scope, key in (("ingest", "ingest", INGEST), ("admin", "admin", ADMIN)):
             assert_unauthorized(c[name](), "no api key was sent", "Bearer", f"'{scope}'")
             assert_unauthorized(c[name](headers=bearer(BAD)), "unknown API key")
             assert_unauthorized(c[name](headers={"Authorization": f"Basic {key}"}), "Bearer <key>")
@@ -168,7 +169,7 @@ def test_loopback_hosts_leave_reads_open(host: str, serve: Callable[..., Any]) -
 def test_non_loopback_reads_need_the_read_scope(serve: Callable[..., Any]) -> None:
     with serve(api_keys=KEYS, http_host="0.0.0.0") as client:
         c = calls(client)
-        for name in ("read", "read list"):
+        for name in ("read", "read list", "runs list"):
             assert_unauthorized(c[name](), "no api key was sent", "'read'")
             assert_unauthorized(c[name](headers=bearer(BAD)), "unknown API key")
             assert_forbidden(c[name](headers=bearer(INGEST)), "read")
@@ -177,6 +178,7 @@ def test_non_loopback_reads_need_the_read_scope(serve: Callable[..., Any]) -> No
         assert response.status_code == 503 and "no batch generation" in response.text, response.text
         assert c["read"](headers=bearer(ALL)).status_code == 503
         assert c["read list"](headers=bearer(READ)).status_code == 200
+        assert c["runs list"](headers=bearer(READ)).status_code == 200
         # writes are unchanged
         assert_forbidden(c["ingest"](headers=bearer(READ)), "ingest")
         assert c["ingest"](headers=bearer(INGEST)).status_code == 200
@@ -201,7 +203,7 @@ def test_without_configured_keys_writes_are_refused_with_how_to_configure(keys: 
     with serve(api_keys=keys) as client:
         c = calls(client)
         assert c["read"]().status_code == 503  # loopback: reads open
-        for name in ("ingest", "admin", "admin list"):
+        for name in ("ingest", "admin"):
             for headers in ({}, bearer(BAD)):
                 assert_unauthorized(c[name](headers=headers), "no API keys are configured", "LAMBDA_API_KEYS")
 
