@@ -150,7 +150,7 @@ class Platform:
         self.up = psutil.Process(self.proc.pid)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
 
-    def wait_ready(self, timeout: float = 600) -> None:
+    def wait_ready(self, timeout: float = 3600) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
