@@ -219,13 +219,20 @@ def check_executors(spark: SparkSession, modules: tuple[str, ...] = ()) -> list[
         reports = sc.parallelize(range(tasks), tasks).map(_probe(wanted)).collect()
     except Exception as e:  # noqa: BLE001 - translated into a message naming the setting
         raise _explain(str(e), python) from e
-    missing = sorted({f"{host}: {m}" for host, _, _, lacking in reports for m in lacking})
-    if missing:
+    ours = (*PROJECT_PACKAGES, *modules)
+    missing = sorted({(host, m) for host, _, _, lacking in reports for m in lacking})
+    code = [f"{host}: {m}" for host, m in missing if m.split(" ", 1)[0].split(".")[0] in ours]
+    packages = [f"{host}: {m}" for host, m in missing if m.split(" ", 1)[0].split(".")[0] not in ours]
+    if packages:
         raise ExecutorEnvironmentError(
-            f"the executors' Python {python} cannot import what the platform runs there: {'; '.join(missing)}. "
+            f"the executors' Python {python} lacks packages the platform runs there: {'; '.join(packages)}. "
             f"Install {', '.join(EXECUTOR_REQUIREMENTS)} (the versions in pyproject.toml) in that Python, or ship "
-            f"a packed environment (LAMBDA_SPARK_ARCHIVES); project modules missing means the code was not "
-            f"shipped (LAMBDA_SPARK_SHIP_CODE)"
+            f"a packed environment (LAMBDA_SPARK_ARCHIVES)"
+        )
+    if code:
+        raise ExecutorEnvironmentError(
+            f"the executors cannot import the platform's code: {'; '.join(code)}. Ship it with the job "
+            f"(LAMBDA_SPARK_SHIP_CODE=auto or always) or install it in the executors' Python {python}"
         )
     return sorted({(host, version, executable) for host, version, executable, _ in reports})
 

@@ -127,10 +127,16 @@ def test_a_local_executor_python_is_checked_before_spark_starts(tmp_path: Path, 
         check_local_python(other)
 
 
-def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(spark) -> None:  # noqa: ANN001
+def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(
+    spark, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
     reports = check_executors(spark)
     assert {version.rsplit(".", 1)[0] for _, version, _ in reports} == {"%d.%d" % sys.version_info[:2]}
-    with pytest.raises(ExecutorEnvironmentError, match=r"no_such_pipeline_module .*Install pyarrow"):
+    with pytest.raises(ExecutorEnvironmentError, match=r"no_such_pipeline_module .*LAMBDA_SPARK_SHIP_CODE=auto"):
+        check_executors(spark, ("no_such_pipeline_module",))
+    # A third-party package the executors lack (one more name on the list the check imports there).
+    monkeypatch.setattr("deploy.shipping._EXECUTOR_MODULES", ("no_such_package", "pyarrow"))
+    with pytest.raises(ExecutorEnvironmentError, match=r"lacks packages .*no_such_package .*Install pyarrow, pandas"):
         check_executors(spark, ("no_such_pipeline_module",))
 
 
