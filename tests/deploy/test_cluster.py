@@ -109,10 +109,10 @@ def _driver_env(settings: Settings, cluster: StandaloneCluster, user_code: Path,
     return env
 
 
-def _cli(env: dict[str, str], *args: str, timeout: float = 900) -> str:
+def _cli(env: dict[str, str], *args: str, timeout: float = 900, exit_code: int = 0) -> str:
     done = subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
-    assert done.returncode == 0, f"lambda-platform {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    assert done.returncode == exit_code, f"lambda-platform {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}"
     return done.stdout + done.stderr
 
 
@@ -260,7 +260,8 @@ def test_batch_and_speed_on_a_cluster_without_the_project_exact_after_a_worker_d
         version = _wait(lambda: speed.alive(caught_up), "the speed layer to catch up on the surviving worker", 900)
 
         # Operators can see it: status names the UI, whose REST API shows the session's settings.
-        assert f":{ui_port}" in _cli(env, "status"), "status shows the speed layer's Spark UI address"
+        # No API serves in this test, so status exits 1 ("not serving") by design; it still shows each part.
+        assert f":{ui_port}" in _cli(env, "status", exit_code=1), "status shows the speed layer's Spark UI address"
         properties = dict(get_json(f"{rest}/environment")["sparkProperties"])
         assert properties["spark.app.name"] == f"lambda-speed-{PIPELINE}"
         assert properties["spark.eventLog.enabled"] == "true"

@@ -17,6 +17,7 @@ import redis
 from deltalake import DeltaTable
 
 from deploy.settings import Settings
+from serving.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
 
@@ -47,7 +48,9 @@ def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]
 
 
 def processed_version(settings: Settings) -> int | None:
-    value = redis.Redis.from_url(settings.redis_url).hget(f"lp:{settings.pipeline}:speed", "processed")
+    """The version the speed layer committed last (keys are named by the pipeline's name, not its module path)."""
+    speed = Keys(load_pipeline(settings.pipeline).name).speed
+    value = redis.Redis.from_url(settings.redis_url).hget(speed, "processed")
     return None if value is None else int(value)
 
 
