@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run status test test-fast bench clean help
+.PHONY: install run status lint test test-fast bench clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,lint]'
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install; then `source .venv/bin/activate` puts lambda-platform on PATH
@@ -25,6 +25,11 @@ run: $(STAMP)  ## set up and start the platform on its embedded defaults
 
 status: $(STAMP)  ## each part of the platform on ./data: up or down (exit 1 when it is not serving)
 	$(BIN)/lambda-platform status
+
+lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run runs it before the tests
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: $(STAMP)  ## set up and run every test tier
 	$(BIN)/python -m pytest -q

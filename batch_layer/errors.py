@@ -19,3 +19,7 @@ class IngestError(BatchLayerError):
 
 class PublishError(BatchLayerError):
     """A generation could not be published to the serving store."""
+
+
+class RunInProgressError(BatchLayerError):
+    """Another process is recomputing this data dir (the single-flight lock is held), or a run is queued."""

@@ -107,16 +107,16 @@ def instrument(spark: Any) -> None:
     """Time the pieces run_batch and the variants call (module attributes looked up at call time)."""
     from pyspark.sql.readwriter import DataFrameWriter
 
-    from batch_layer import publish, recompute
-    from batch_layer.delta_rs import DeltaRsEngine
-    from batch_layer.master import MasterDataset
+    from batch_layer.recompute import job as recompute, publish
+    from batch_layer.master.delta_rs import DeltaRsEngine
+    from batch_layer.master.dataset import MasterDataset
 
     STEPS.wrap(MasterDataset, "append_barrier", "1 barrier append (delta-rs commit)")
     STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
     STEPS.wrap(recompute, "write_generation", lambda rows, table, *a, **k: f"3 gold {table.name}: write_generation")
     STEPS.wrap(DataFrameWriter, "parquet", "3.1  of which Spark job: scan+aggregate+write parquet")
     STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs commit_files (gold Delta commit)")
-    STEPS.wrap(publish, "redis_client", "4 redis: client + begin + flip")
+    STEPS.wrap(recompute, "redis_client", "4 redis: client + begin + flip")
     STEPS.wrap(publish, "begin", "4 redis: client + begin + flip")
     STEPS.wrap(publish, "load_view", lambda rows, view, **k: f"5 redis load {view.name} (load_view)")
     STEPS.wrap(publish, "flip", "4 redis: client + begin + flip")
@@ -159,10 +159,9 @@ def build_master(settings: Any, pipeline: Any, args: argparse.Namespace, events:
     """Append the synthetic dataset; returns (master files, seconds)."""
     from deltalake import DeltaTable
 
-    from batch_layer.master import MasterDataset
-    from batch_layer.storage import get_engine
+    from batch_layer.master.dataset import MasterDataset
 
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     started = time.perf_counter()
     for chunk in event_chunks(master.schema, events, users=args.users, merchants=args.merchants,
                               chunk_rows=chunk_rows(args, events), seed=args.seed):
@@ -196,7 +195,7 @@ HAND_SQL = {
 
 
 def variant_a(spark: Any, settings: Any, pipeline: Any, redis_url: str) -> dict[str, Any]:
-    from batch_layer.recompute import run_batch
+    from batch_layer.recompute.job import run_batch
 
     result = run_batch(spark, settings, pipeline, redis_url=redis_url)
     return {"generation": result.generation, "events": result.events, "rows": dict(result.view_rows),
@@ -220,9 +219,9 @@ def variant_b(spark: Any, settings: Any, out_dir: Path) -> dict[str, Any]:
 
 def variant_c(spark: Any, settings: Any, pipeline: Any) -> dict[str, Any]:
     """run_batch minus Redis: barrier, snapshot, transform, aggregate + gold per view, event count."""
-    from batch_layer import recompute
-    from batch_layer.master import MasterDataset
-    from batch_layer.storage import get_engine
+    from batch_layer.recompute import job as recompute
+    from batch_layer.master.dataset import MasterDataset
+    from batch_layer.master.engines import get_engine
 
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_path, pipeline, engine)
@@ -249,7 +248,7 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    from serving.keys import Keys, row_parts
+    from serving.store.keys import Keys, row_parts
 
     problems = []
     if a_result["events"] != events:
@@ -272,7 +271,7 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
             problems.append(f"{view.name}: gold {gold_rows} rows, hand-written {hand_rows} rows, {bad} differ")
     # Redis: A's generation is served with one row per gold row, and each row's merchants are there
     # once: as an exact list in the row, or as a sketch key.
-    from batch_layer.publish import served_generation
+    from serving.store.generations import served_generation
 
     client = redis.Redis.from_url(redis_url)
     keys = Keys(pipeline.name)

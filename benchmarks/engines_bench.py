@@ -43,8 +43,8 @@ def build_master(settings: Any, pipeline: Any, args: argparse.Namespace) -> int:
     """Append the synthetic dataset with delta-rs; returns the number of files."""
     from deltalake import DeltaTable
 
-    from batch_layer.master import MasterDataset
-    from batch_layer.storage import get_engine
+    from batch_layer.master.dataset import MasterDataset
+    from batch_layer.master.engines import get_engine
 
     master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
     chunk = max(1, min(args.chunk_rows, -(-args.events // args.min_files)))
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    from batch_layer.recompute import run_batch
+    from batch_layer.recompute.job import run_batch
     from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
     from deploy.settings import load_settings
     from deploy.spark import build_spark

@@ -56,7 +56,7 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_layer.storage import get_engine  # noqa: E402
+from batch_layer.master.engines import get_engine  # noqa: E402
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis  # noqa: E402
 from deploy.settings import load_settings  # noqa: E402
 from shared_logic.registry import load_pipeline  # noqa: E402

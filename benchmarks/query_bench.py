@@ -55,7 +55,7 @@ connects first, then starts on a signal so the CPU figures cover the load only.
    (wall and CPU per request): the bare HGET, ``ServingStore.read`` (the Lua read),
    ``queries.key_answer`` (read + merge + answer model), then both complete ASGI apps, then two
    what-ifs built in memory only (no product file changes): A's app with its sync dependencies
-   (``serving.deps.get_store`` / ``get_pipeline``, which FastAPI runs in the thread pool) swapped
+   (``serving.api.deps.get_store`` / ``get_pipeline``, which FastAPI runs in the thread pool) swapped
    for async ones, and A's answer served by a plain Starlette ``Route`` in the same app. The
    platform's ASGI path is then run under cProfile; own time is summed per package and the top
    functions are listed (for coroutines, ncalls counts resumptions).
@@ -91,7 +91,6 @@ sys.path.insert(0, str(ROOT))
 
 PIPELINE = "wordcount"
 VIEW = "word_counts"
-PREFIX = f"lp:{PIPELINE}"
 HOST = "127.0.0.1"
 
 
@@ -102,30 +101,24 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
     """A bare FastAPI app: ``GET /bare/{key}`` = one HGET of the key's row in the served generation.
 
     The generation pointer is read once at startup (the bare endpoint does one Redis read per
-    request). The Redis client has the options ``serving.store.ServingStore`` uses.
+    request). The Redis client has the options ``serving.api.view_reader.ServingStore`` uses.
     """
-    import redis.asyncio as aioredis
     from fastapi import FastAPI, HTTPException
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialBackoff
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from serving.store.connection import async_redis_client
+    from serving.store.keys import Keys
 
     url = redis_url or os.environ["BENCH_REDIS_URL"]
     state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # noqa: ANN202
-        client = aioredis.Redis.from_url(
-            url, retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), retries=2),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
-            socket_connect_timeout=1.0, socket_timeout=2.0, max_connections=64,
-        )
-        generation = await client.get(f"lp:{pipeline}:current")
+        client, keys = async_redis_client(url), Keys(pipeline)
+        generation = await client.get(keys.current)
         if generation is None:
             raise RuntimeError("no generation is published")
-        layout = await client.hget(f"lp:{pipeline}:g:{int(generation)}:meta", f"measures:{view}")
-        state["client"], state["rows"] = client, f"lp:{pipeline}:g:{int(generation)}:{view}:r"
+        layout = await client.hget(keys.meta(int(generation)), f"measures:{view}")
+        state["client"], state["rows"] = client, keys.rows(int(generation), view)
         state["count"] = json.loads(layout).index("count")
         try:
             yield
@@ -161,7 +154,7 @@ def _serve_what_if() -> None:
     import uvicorn
 
     from deploy.settings import load_settings
-    from serving.app import create_app
+    from serving.api.app import create_app
 
     settings = load_settings()
     app = create_app(settings, redis_url=settings.redis_url)  # type: ignore[arg-type]
@@ -189,9 +182,8 @@ def make_events(lines: int, vocab: int, seed: int) -> tuple[list[dict[str, str]]
 
 def _setup(data_dir: Path, redis_url: str, lines: int, vocab: int, seed: int, out: Path) -> None:
     """Master dataset + one published generation; writes the expected counts to ``out``."""
-    from batch_layer.master import MasterDataset
-    from batch_layer.recompute import run_batch
-    from batch_layer.storage import get_engine
+    from batch_layer.master.dataset import MasterDataset
+    from batch_layer.recompute.job import run_batch
     from deploy.settings import load_settings
     from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
@@ -199,7 +191,7 @@ def _setup(data_dir: Path, redis_url: str, lines: int, vocab: int, seed: int, ou
     settings = load_settings(data_dir=data_dir, pipeline=PIPELINE, redis_url=redis_url)
     pipeline = load_pipeline(PIPELINE)
     events, counts = make_events(lines, vocab, seed)
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     version = master.append(pipeline.schema.validate(events))
     started = time.perf_counter()
     spark = build_spark(settings, "query-bench-setup")
@@ -628,13 +620,13 @@ async def _timed(fn: Any, keys: list[str], n: int, passes: int = 3) -> tuple[flo
 
 
 def _what_if(app: Any) -> int:
-    """In memory only: make A's sync dependencies (serving.deps.get_store / get_pipeline) async on
+    """In memory only: make A's sync dependencies (serving.api.deps.get_store / get_pipeline) async on
     ``app``'s routes, and add a plain Starlette route doing A's answer, at ``/fast/{view}/keys/{key}``."""
     from fastapi import Request
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from serving import deps, queries
+    from serving.api import deps, queries
 
     async def get_store(request: Request) -> Any:
         return request.app.state.store
@@ -697,8 +689,8 @@ async def _breakdown(settings: Any, redis_url: str, keys: list[str], n: int, pro
     import io
     import pstats
 
-    from serving import queries
-    from serving.app import create_app
+    from serving.api import queries
+    from serving.api.app import create_app
 
     platform, bare, whatif = create_app(settings, redis_url=redis_url), bare_app(redis_url), \
         create_app(settings, redis_url=redis_url)
@@ -961,7 +953,7 @@ def bench(args: argparse.Namespace) -> None:
                     if answer.status_code != 200 or answer.json()["value"]["count"] != counts[keys[0]]:
                         raise SystemExit(f"the what-if server answers wrong: {answer.status_code} {answer.text[:300]}")
             print(f"\n3. where A's time goes. What-ifs over HTTP: A's server with its app changed in memory only "
-                  f"(product files untouched), `--serve-what-if`: A' = A's route with serving.deps.get_store/"
+                  f"(product files untouched), `--serve-what-if`: A' = A's route with serving.api.deps.get_store/"
                   f"get_pipeline made async (FastAPI runs sync dependencies in its thread pool); A'' = A's answer "
                   f"(queries.key_answer + KeyAnswer JSON) on a plain Starlette Route in the same app (metrics "
                   f"middleware kept; no FastAPI params/deps/auth). Closed loop as in 1, one run each, then B again.")

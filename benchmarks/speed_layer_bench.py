@@ -35,11 +35,12 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_layer.master import MasterDataset  # noqa: E402
-from batch_layer.recompute import run_batch  # noqa: E402
-from batch_layer.storage import get_engine  # noqa: E402
+from batch_layer.master.dataset import MasterDataset  # noqa: E402
+from batch_layer.recompute.job import run_batch  # noqa: E402
+from batch_layer.master.engines import get_engine  # noqa: E402
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis  # noqa: E402
 from deploy.settings import load_settings  # noqa: E402
+from serving.store.keys import Keys  # noqa: E402
 from shared_logic import load_pipeline  # noqa: E402
 
 
@@ -74,7 +75,7 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=5) as http:
             _wait(lambda: http.get("/readyz").status_code == 200, "the API")
-            _wait(lambda: client.hget("lp:wordcount:speed", "processed") is not None, "the speed layer", 180)
+            _wait(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
             delays: list[float] = []
             interval = 1.0 / rate
             next_at = time.monotonic()
@@ -171,7 +172,7 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
                               kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
     t = time.perf_counter()
     worker.start()
-    while int(client.hget("lp:payments:speed", "processed") or -1) < latest:
+    while int(client.hget(Keys("payments").speed, "processed") or -1) < latest:
         time.sleep(0.1)
     streamed = time.perf_counter() - t
     stop.set()

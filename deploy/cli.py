@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
+from deploy.signals import stop_on_signals
 from deploy.console import configure_logging, console, out, progress
 from deploy.errors import DeployError
 from deploy.settings import Settings, load_settings, private_dir, with_api_keys
@@ -132,11 +133,10 @@ def _redis_url(settings: Settings) -> str:
 
 
 def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.master import MasterDataset
-    from batch_layer.storage import get_engine
+    from batch_layer.master.dataset import MasterDataset
     from shared_logic.registry import load_pipeline
 
-    master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
     if settings.storage_engine == "delta-spark":  # the file is read, validated and appended by Spark
         from deploy.spark import build_spark
 
@@ -182,7 +182,7 @@ def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
     pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
     spark = build_spark(settings, f"lambda-speed-{pipeline.name}")
-    run_speed_layer(spark, settings, pipeline, redis_url=redis_url)
+    run_speed_layer(spark, settings, pipeline, redis_url=redis_url, stop=stop_on_signals())
     console.print("speed layer stopped")
     return EXIT_OK
 
@@ -190,7 +190,7 @@ def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
 def _serve(settings: Settings, redis_url: str) -> None:
     import uvicorn
 
-    from serving.app import create_app
+    from serving.api.app import create_app
 
     app = create_app(settings, redis_url=redis_url)
     uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False)
@@ -206,9 +206,6 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from deploy.scheduler import parse_schedule, run_scheduler
     from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
@@ -217,9 +214,7 @@ def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
     pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
     spark = build_spark(settings, f"lambda-scheduler-{pipeline.name}")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     run_scheduler(spark, settings, pipeline, redis_url=redis_url, stop=stop)
     return EXIT_OK
 
@@ -245,16 +240,11 @@ def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from deploy.generator import generate
 
     settings, _ = with_api_keys(settings)
     key = next((k for k, scopes in (settings.api_keys or {}).items() if "ingest" in scopes), None)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     rate = args.rate or settings.generate_rate
     console.print(f"posting {settings.pipeline} events at {rate:g}/s to {_api_url(settings)}; Ctrl-C stops")
     accepted = generate(settings.pipeline, _api_url(settings), key, rate, stop)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batch_layer.errors import BatchLayerError
-from batch_layer.master import MasterDataset
+from batch_layer.master.dataset import MasterDataset
 
 log = logging.getLogger(__name__)
 

@@ -16,23 +16,22 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from rich.console import Console
 
-from batch_layer.master import MasterDataset, dump_jsonl
-from batch_layer.publish import redis_client, served_generation
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset, dump_jsonl
+from serving.store.connection import redis_client
+from serving.store.generations import served_generation
+from deploy.signals import stop_on_signals
 from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, wait_for_redis
 from deploy.samples import SAMPLES, sample_events
 from deploy.settings import Settings, private_dir, with_api_keys
 from deploy.supervisor import Child, Supervisor
-from serving.keys import Keys
+from serving.store.keys import Keys
 from shared_logic.registry import load_pipeline
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")
 
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     if not master.holds_data():
         _fresh_master(master, console)
     if served_generation(redis_client(redis_url), Keys(pipeline.name)) is None and master.holds_data():
@@ -106,9 +105,7 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         child.start()
 
     _banner(console, settings, pipeline.views[0].name, key, logs, redis_url, empty=not master.holds_data())
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     while not stop.is_set():
         supervisor.watch_once()
         stop.wait(0.5)

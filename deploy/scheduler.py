@@ -6,7 +6,7 @@
 (``LAMBDA_BATCH_SCHEDULE``: an interval such as ``300s``/``15m``/``1h``/``1d`` or a cron
 expression, evaluated in UTC). A queued run goes first, and also serves a tick that is due.
 
-A run is single-flight (``batch_layer.runs``): it holds the data dir's file lock and a Redis
+A run is single-flight (``serving.store.runs``): it holds the data dir's file lock and a Redis
 lease renewed by a heartbeat thread. It is *skipped* (and recorded as skipped) when the master
 dataset holds no events yet (nothing is published until it does), and when it has not changed
 since the served generation: its latest version is the served generation's barrier (or only this
@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from batch_layer import publish
-from batch_layer.errors import EmptyMasterError
-from batch_layer.master import MasterDataset
-from batch_layer.runs import BatchRun, RunInProgressError, RunLock, RunRegistry, RunTrigger, owner_id
-from batch_layer.storage import get_engine
+from serving.store.generations import served_generation
+from batch_layer.errors import EmptyMasterError, RunInProgressError
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.recompute.lock import RunLock
+from serving.store.runs import BatchRun, RunRegistry, RunTrigger, owner_id
 from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
-from serving.keys import Keys
+from serving.store.keys import Keys
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,7 +69,7 @@ class BatchScheduler:
         self.owner = owner_id()
         self.registry = RunRegistry.from_url(redis_url, pipeline.name)
         self.lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
-        self.master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+        self.master = MasterDataset.open(settings, pipeline)
         self.keys = Keys(pipeline.name)
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
@@ -120,7 +120,7 @@ class BatchScheduler:
         return final
 
     def _recompute(self, run: BatchRun) -> dict[str, object]:
-        from batch_layer.recompute import run_batch
+        from batch_layer.recompute.job import run_batch
 
         try:
             latest = self.master.latest_version()
@@ -131,7 +131,7 @@ class BatchScheduler:
         except EmptyMasterError as e:
             log.info("batch run %s skipped: %s", run.id, e)
             return {"status": "skipped", "skip_reason": str(e)}
-        served = publish.served_generation(self.registry.client, self.keys)
+        served = served_generation(self.registry.client, self.keys)
         self.registry.update(run.id, master_version=latest, served_before=served)
         if served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
             after = ("its latest version is that generation's barrier" if latest == served
@@ -214,7 +214,7 @@ def _unserved_with_data(scheduler: BatchScheduler) -> bool:
     if time.time() < scheduler.unserved_check_at:
         return False
     scheduler.unserved_check_at = time.time() + UNSERVED_CHECK_SECONDS
-    if publish.served_generation(scheduler.registry.client, scheduler.keys) is not None:
+    if served_generation(scheduler.registry.client, scheduler.keys) is not None:
         return False
     return scheduler.master.holds_data()
 

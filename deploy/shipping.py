@@ -59,7 +59,7 @@ PROJECT_PACKAGES = ("shared_logic", "batch_layer", "speed_layer", "serving", "de
 EXECUTOR_REQUIREMENTS = ("pyarrow", "pandas", "numpy", "deltalake", "redis", "pydantic")
 #: Modules the executors import while running the layers; the start-up check imports them there.
 _EXECUTOR_MODULES = ("pyarrow", "pandas", "deltalake", "redis", "pydantic",
-                     "speed_layer.source", "speed_layer.segments", "batch_layer.publish")
+                     "speed_layer.source", "speed_layer.segments", "batch_layer.recompute.publish")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same code makes the same zip, byte for byte
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")

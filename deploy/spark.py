@@ -68,7 +68,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     """
     from pyspark.sql import SparkSession
 
-    from batch_layer.storage import engine_spark_conf
+    from batch_layer.master.engines import engine_spark_conf
 
     python = executor_python(settings)
     check_local_python(python)

@@ -18,13 +18,12 @@ import httpx
 import redis
 from rich.table import Table
 
-from batch_layer.master import MasterDataset
-from batch_layer.runs import RunRegistry
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from serving.store.runs import RunRegistry
 from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
-from serving.keys import Keys
-from serving.routes.health import SPEED_HEARTBEAT_FRESH
+from serving.store.keys import Keys
+from serving.store.heartbeat import SpeedHeartbeat
 from shared_logic.registry import load_pipeline
 
 PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
@@ -94,7 +93,7 @@ def platform_status(settings: Settings, api_key: str | None = None) -> PlatformS
 
 
 def _master(settings: Settings, pipeline: Any, parts: dict[str, Part]) -> int | None:
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     try:
         latest = master.engine.latest_version(master.path)
     except Exception as e:  # noqa: BLE001 - an unreadable table is a down part, not a crash
@@ -144,14 +143,14 @@ def _served(client: redis.Redis, keys: Keys) -> Part:
 
 
 def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | None) -> Part:
-    speed = client.hgetall(keys.speed)
-    if not speed.get("heartbeat_at"):
+    speed = SpeedHeartbeat.from_hash(client.hgetall(keys.speed))
+    beat = speed.seconds_ago()
+    if beat is None:
         return Part("speed layer", False, "never ran: answers come from the batch generation alone")
-    beat = time.time() - float(speed["heartbeat_at"])
-    processed = int(speed["processed"]) if speed.get("processed") else None
+    processed = speed.processed
     lag = None if latest is None or processed is None else max(0, latest - max(processed, served or -1))
-    up = beat < SPEED_HEARTBEAT_FRESH
-    ui = speed.get("ui_url") if up else None
+    up = speed.alive()
+    ui = speed.ui_url if up else None
     facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1),
              "spark_ui": ui or None}
     return Part("speed layer", up, f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago"

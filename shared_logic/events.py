@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from shared_logic.errors import EventProblem, EventValidationError, PipelineDefinitionError
 
-#: Master-dataset column telling event rows from barrier rows (see batch_layer.master).
+#: Master-dataset column telling event rows from barrier rows (see batch_layer.master.dataset).
 KIND_COLUMN = "_kind"
 
 Clock = Callable[[], datetime]

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from batch_layer.storage import SparkStorage
+from batch_layer.master.storage import SparkStorage
 from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from batch_layer.master import MasterDataset
-    from deploy.settings import Settings
+    from batch_layer.master.dataset import MasterDataset
+    from speed_layer.config import SpeedConfig
 
 
-def master_changes(spark: SparkSession, master: MasterDataset, settings: Settings, *, starting: int) -> DataFrame:
+def master_changes(spark: SparkSession, master: MasterDataset, settings: SpeedConfig, *, starting: int) -> DataFrame:
     """The rows committed to ``master`` after version ``starting``, streaming, with ``_version``."""
     if isinstance(master.engine, SparkStorage):
         return master.engine.change_stream(

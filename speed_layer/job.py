@@ -33,10 +33,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from batch_layer.faults import fault_point
-from batch_layer.master import MasterDataset
-from batch_layer.publish import delete_prefix, ensure_epoch, redis_client, served_generation
-from batch_layer.storage import get_engine
-from serving.keys import Keys
+from batch_layer.master.dataset import MasterDataset
+from serving.store.connection import redis_client
+from serving.store.generations import delete_prefix, ensure_epoch, served_generation
+from serving.store.keys import Keys
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from deploy.settings import Settings
+    from speed_layer.config import SpeedConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,10 @@ _IDENTITY = "lambda_query.json"
 class SpeedLayer:
     """The continuous speed-layer query of one pipeline."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str) -> None:
+    def __init__(self, spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, *, redis_url: str) -> None:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
         self.keys = Keys(pipeline.name)
-        self.master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+        self.master = MasterDataset.open(settings, pipeline)
         self.checkpoint = settings.speed_checkpoint_path
         self.client = redis_client(redis_url)
         self.query_id = ""
@@ -128,8 +128,8 @@ class SpeedLayer:
         self.client.delete(self.keys.segments)
         for meta in self.client.scan_iter(match=self.keys.segment_metas):
             self.client.unlink(meta)
-        for prefix in ("s", "guard", "plan"):
-            delete_prefix(self.client, f"{self.keys.prefix}:{prefix}")
+        for prefix in self.keys.query_state_prefixes:
+            delete_prefix(self.client, prefix)
         self.client.sadd(self.keys.segments, served)
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)

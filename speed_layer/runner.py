@@ -4,9 +4,10 @@ loss, wait while no generation is served."""
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
 
 from speed_layer.errors import NothingServedError
 from speed_layer.job import SpeedLayer
@@ -15,13 +16,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from deploy.settings import Settings
+    from speed_layer.config import SpeedConfig
     from shared_logic.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
 
-#: Query failures worth a restart of the query alone: Redis gone for a moment (the supervisor restarts
+#: Query failures worth a restart of the query alone (matched in the error's text: errors of Spark's
+#: executors and of the JVM reach the driver as text only): Redis gone for a moment (the supervisor restarts
 #: it), or a Python worker slower to start than Spark waits for (10 s, fixed) on a busy machine.
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
               "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError")
@@ -44,6 +46,14 @@ def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> N
     query.stop()
 
 
+def _epoch_lost(layer: SpeedLayer) -> bool:
+    """Did Redis lose its data under the query? (Asked of Redis: an executor's error reaches us as text.)"""
+    try:
+        return layer.epoch_lost()
+    except RedisError:
+        return False  # Redis is away: the transient path below restarts the query, which checks again
+
+
 def _wait_until_ready(layer: SpeedLayer, stop: threading.Event) -> bool:
     """Heartbeat with the reason while the query cannot start; False when stopped meanwhile."""
     reason = layer.waiting_reason()
@@ -57,10 +67,10 @@ def _wait_until_ready(layer: SpeedLayer, stop: threading.Event) -> bool:
 
 
 def run_speed_layer(
-    spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str,
+    spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, *, redis_url: str,
     stop: threading.Event | None = None,
 ) -> None:
-    """Run until ``stop`` is set (or SIGTERM/SIGINT when called from the main thread).
+    """Run until ``stop`` is set (the caller decides what sets it: ``lambda-platform speed run``, SIGTERM).
 
     When Redis lost its data (epoch changed), the query is restarted from the served generation
     with fresh segments; while no generation is served it waits for one, heartbeating with the
@@ -68,9 +78,6 @@ def run_speed_layer(
     from its checkpoint, in this process. Any other failure of the query is raised.
     """
     stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
         layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
         if not _wait_until_ready(layer, stop):
@@ -94,7 +101,7 @@ def run_speed_layer(
                 continue
             return
         error = query.exception()
-        if error is not None and "EpochChangedError" in str(error):
+        if error is not None and _epoch_lost(layer):  # the executors raised EpochChangedError; ask Redis
             log.warning("Redis lost its data under the speed layer; rebuilding segments from the served generation")
             continue
         if error is not None and any(transient in str(error) for transient in _TRANSIENT):

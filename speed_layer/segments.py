@@ -17,14 +17,14 @@ driver commits the micro-batch:
   offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
   query restarts (a fresh query wipes the segments anyway).
 * Each (segment, view, measure, window) has an *undo log* (hash: key -> value before the
-  micro-batch, '' = none) and its tag (``serving.keys``: ``:u:``, ``:t:``). The first call of a
+  micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u:``, ``:t:``). The first call of a
   micro-batch to touch a window finds an older tag: that micro-batch is committed (they run one
   after another, each committed before the next starts), so the log starts over. A key already
   in the log was touched earlier in this micro-batch (or by the attempt a replay repeats): its
   saved value stays. Distinct measures COPY the row's HyperLogLog to ``:p:`` (log value '1');
   the copies go when their log starts over.
 * The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
-  segment's ``processed`` to the tag. A reader (``serving.read_scripts``, one Lua call) reads
+  segment's ``processed`` to the tag. A reader (``serving.store.read_scripts``, one Lua call) reads
   ``processed`` and takes the logged value of every key in a window whose tag is above it: the
   answer is exactly the state at ``processed``.
 
@@ -49,8 +49,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from batch_layer.faults import fault_point
-from batch_layer.publish import redis_client
-from serving.keys import LUA_NAMES, Keys, key_column, window_column
+from serving.store.connection import redis_client
+from serving.store.columns import key_column, window_column
+from serving.store.keys import LUA_NAMES, WINDOW_SEPARATOR, Keys
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError
@@ -311,7 +312,7 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
             scalars, distinct = spec.views[view]
             args = _header(keys, spec, view) + [stop - start]
             args += columns[KEY][start:stop]
-            args += [f"@{w}" if w else "" for w in columns[WS][start:stop]]
+            args += [WINDOW_SEPARATOR + w if w else "" for w in columns[WS][start:stop]]
             args += columns[DEPTH][start:stop]
             for j in range(len(scalars)):
                 args += ["" if v is None else v for v in columns[f"{VALUE}{j}"][start:stop]]

@@ -22,7 +22,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from batch_layer.delta_log import DeltaLogError, change_feed, newest_version, read_commit
+from batch_layer.master.delta_log import DeltaLogError, change_feed, newest_version, read_commit
 
 VERSION_COLUMN = "_version"
 SOURCE_NAME = "lambda_master"

@@ -145,7 +145,7 @@ class ApiServer:
 @pytest.fixture
 def api(make_settings: Callable[..., Settings], redis_url: str) -> Callable[..., ApiServer]:
     """``with api(pipeline='payments') as server:`` serves the API over HTTP at ``server.base_url``."""
-    from serving.app import create_app
+    from serving.api.app import create_app
 
     def start(**overrides: Any) -> ApiServer:
         settings = make_settings(**overrides)

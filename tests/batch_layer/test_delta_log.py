@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.delta_log import (
+from batch_layer.master.delta_log import (
     DeltaLogError,
     LogHead,
     commit_path,
@@ -24,8 +24,9 @@ from batch_layer.delta_log import (
     parse_actions,
     read_commit,
 )
-from batch_layer.master import MasterDataset
-from batch_layer.storage import Appender, get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
+from batch_layer.master.storage import Appender
 from shared_logic import load_pipeline
 
 #: Everything Python's str.splitlines() splits on besides "\n". delta-rs escapes the control

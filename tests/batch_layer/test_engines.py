@@ -23,9 +23,9 @@ import pytest
 from deltalake import DeltaTable
 
 from batch_layer.errors import IngestError
-from batch_layer.gold import write_generation
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine, vacuum
+from batch_layer.recompute.gold import write_generation
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine, vacuum
 from shared_logic import load_pipeline
 from shared_logic.errors import EventValidationError
 from speed_layer.input import master_changes

@@ -24,9 +24,8 @@ import deltalake
 import pytest
 import redis
 
-from batch_layer.master import IngestResult, MasterDataset
-from batch_layer.recompute import BatchRunResult, run_batch
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import IngestResult, MasterDataset
+from batch_layer.recompute.job import BatchRunResult, run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
@@ -45,7 +44,7 @@ def ingest(settings: Settings, events: list[dict[str, Any]], file: Path) -> Inge
     with file.open("w", encoding="utf-8") as fh:
         for event in events:
             fh.write(json.dumps(event, ensure_ascii=False) + "\n")
-    master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
     return master.ingest_file(file)
 
 
@@ -219,7 +218,7 @@ def test_oracle_reads_only_event_rows(pipeline: str, tmp_path: Path, make_settin
     settings = make_settings(pipeline=pipeline)
     make = oracle.wordcount_events if pipeline == "wordcount" else oracle.payments_events
     first = ingest(settings, make(random.Random(1), 5, START), tmp_path / "a.jsonl")
-    master = MasterDataset(settings.master_path, load_pipeline(pipeline), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline(pipeline))
     barrier = master.append_barrier("test")
     ingest(settings, make(random.Random(2), 3, START), tmp_path / "b.jsonl")
     assert oracle.barrier_versions(settings.master_path) == [barrier]

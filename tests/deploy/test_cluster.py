@@ -31,8 +31,8 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
 from deploy.settings import Settings, load_settings
 from shared_logic import load_pipeline
 from tests import oracle
@@ -274,7 +274,7 @@ def test_batch_and_speed_on_a_cluster_without_the_project_exact_after_a_worker_d
     logs = {p.name for p in (settings.data_dir / "spark-events").iterdir()}
     assert any(batch_app in name for name in logs) and any(speed_app in name for name in logs), logs
 
-    from serving.app import create_app
+    from serving.api.app import create_app
 
     with ApiServer(create_app(settings, redis_url=redis_url)) as server:
         # The user's pipeline computes word count: the oracle's wordcount semantics, over its master dataset.

@@ -16,8 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
 from deploy.compactor import MasterCompactor
 from deploy.scheduler import BatchScheduler, run_now
 from deploy.settings import Settings
@@ -28,7 +27,7 @@ WORDS = ["alpha", "beta", "gamma", "delta", "alpha beta", "beta gamma delta"]
 
 
 def master_of(settings: Settings) -> MasterDataset:
-    return MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    return MasterDataset.open(settings, load_pipeline(settings.pipeline))
 
 
 def one_commit_per_event(settings: Settings, texts: list[str]) -> int:

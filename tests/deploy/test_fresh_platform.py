@@ -7,8 +7,7 @@ waiting for its next tick (here an hour away). Oracle: the distinct words of the
 
 from __future__ import annotations
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
 from shared_logic.registry import load_pipeline
 from tests.deploy.test_scheduler import ingest, registry, runs_with, scheduler_thread, served_generation, wait_for
 
@@ -16,7 +15,7 @@ from tests.deploy.test_scheduler import ingest, registry, runs_with, scheduler_t
 def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spark, make_settings) -> None:  # noqa: ANN001
     settings = make_settings(batch_schedule="1h")
     pipeline = load_pipeline(settings.pipeline)
-    MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine)).ensure()  # what `up` does
+    MasterDataset.open(settings, pipeline).ensure()  # what `up` does
     runs = registry(settings)
     texts = ["first words here", "first light"]
     with scheduler_thread(spark, settings):

@@ -32,9 +32,10 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.runs import BatchRun, RunConflictError, RunInProgressError, RunLock, RunRegistry
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.errors import RunInProgressError
+from batch_layer.recompute.lock import RunLock
+from serving.store.runs import BatchRun, RunConflictError, RunRegistry
 from deploy.errors import ConfigError
 from deploy.scheduler import parse_schedule, run_now, run_scheduler
 from deploy.settings import Settings
@@ -47,7 +48,7 @@ TERMINAL = ("succeeded", "failed", "skipped")
 def ingest(settings: Settings, texts: list[str]) -> int:
     """Append wordcount events in one commit; returns its master version."""
     pipeline = load_pipeline(settings.pipeline)
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
 
 
@@ -168,7 +169,8 @@ def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) 
 CHILD = """
 import sys, time
 from pathlib import Path
-from batch_layer.runs import RunLock, RunRegistry
+from batch_layer.recompute.lock import RunLock
+from serving.store.runs import RunRegistry
 lock = RunLock(Path(sys.argv[1]))
 assert lock.acquire("child")
 registry = RunRegistry.from_url(sys.argv[2], "wordcount")
@@ -243,7 +245,7 @@ def test_run_now_is_recorded_and_single_flight(spark, make_settings) -> None:  #
     queued = runs.enqueue()
     with pytest.raises(RunInProgressError, match=f"batch run {queued.id} is queued or running"):
         run_now(spark, settings, pipeline, redis_url=settings.redis_url)
-    runs.client.delete(runs.active_key, runs.queue_key)
+    runs.client.delete(runs.keys.batch_active, runs.keys.batch_queue)
     # No master dataset yet: nothing to recompute, recorded as a skip (no Spark job runs).
     run = run_now(spark, settings, pipeline, redis_url=settings.redis_url)
     assert run.status == "skipped" and run.trigger == "cli" and run.force

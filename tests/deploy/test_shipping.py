@@ -76,7 +76,7 @@ def test_the_bundle_holds_the_project_and_a_one_file_pipeline_and_runs_without_t
     bundle = build_bundle(pipeline_modules("clicks_one"), tmp_path / "code")
     names = zipfile.ZipFile(bundle.path).namelist()
     assert bundle.names == (*PROJECT_PACKAGES, "clicks_one")
-    assert {"shared_logic/__init__.py", "speed_layer/source.py", "serving/keys.py", "deploy/shipping.py",
+    assert {"shared_logic/__init__.py", "speed_layer/source.py", "serving/store/keys.py", "deploy/shipping.py",
             "clicks_one.py"} <= set(names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     again = build_bundle(pipeline_modules("clicks_one"), tmp_path / "code")

@@ -36,9 +36,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from batch_layer.master import MasterDataset
-from batch_layer.recompute import run_batch
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
@@ -68,7 +67,7 @@ def ingest(settings: Settings, events: list[dict[str, Any]], file: Path) -> int:
     with file.open("w", encoding="utf-8") as fh:
         for event in events:
             fh.write(json.dumps(event, ensure_ascii=False) + "\n")
-    master = MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
     return master.ingest_file(file).version
 
 

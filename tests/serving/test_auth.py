@@ -1,6 +1,6 @@
 """API keys and scopes over HTTP, against a real uvicorn server.
 
-The app under test is wired the way ``serving.app`` wires it (and built here, so these tests do
+The app under test is wired the way ``serving.api.app`` wires it (and built here, so these tests do
 not depend on that wiring): the real views and health routers, plus an ingest and a batch-run
 endpoint standing in for theirs, each router included with ``require(scope)``:
 views and reading batch runs need ``read`` (only off loopback), ingest ``ingest``, starting a batch
@@ -21,14 +21,14 @@ import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI
 
-import serving.auth
+import serving.api.auth
 from deploy.settings import Settings, load_settings
-from serving.app import install_error_handlers
-from serving.auth import is_loopback, require
-from serving.freshness import MasterClock
-from serving.metrics import install_metrics
-from serving.routes import health, views
-from serving.store import ServingStore
+from serving.api.app import install_error_handlers
+from serving.api.auth import is_loopback, require
+from serving.api.freshness import MasterClock
+from serving.api.metrics import install_metrics
+from serving.api.routes import health, views
+from serving.api.view_reader import ServingStore
 from shared_logic.registry import load_pipeline
 from tests.conftest import ApiServer
 
@@ -80,7 +80,7 @@ def build_app(settings: Settings, redis_url: str) -> FastAPI:
 
     app.include_router(views.router, dependencies=[Depends(require("read"))])
     app.include_router(ingest, dependencies=[Depends(require("ingest"))])
-    app.include_router(batch)  # each route names its scope, as serving.app does
+    app.include_router(batch)  # each route names its scope, as serving.api.app does
     app.include_router(health.router)
     return app
 
@@ -239,13 +239,13 @@ def test_keys_never_appear_in_logs_or_answers(serve: Callable[..., Any], caplog:
 def test_keys_are_compared_in_constant_time_against_every_key(serve: Callable[..., Any],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     compared: list[tuple[bytes, bytes]] = []
-    real = serving.auth.hmac.compare_digest
+    real = serving.api.auth.hmac.compare_digest
 
     def spy(a: bytes, b: bytes) -> bool:
         compared.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(serving.auth.hmac, "compare_digest", spy)
+    monkeypatch.setattr(serving.api.auth.hmac, "compare_digest", spy)
     with serve(api_keys=KEYS) as client:
         assert client.post("/v1/events", headers=bearer(READ)).status_code == 403  # matches the first key
         assert len(compared) == len(KEYS)  # no early exit on a match

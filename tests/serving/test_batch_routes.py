@@ -23,15 +23,14 @@ import pyarrow as pa
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.runs import RunRegistry
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from serving.store.runs import RunRegistry
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests.deploy.test_scheduler import scheduler_thread
 
 TEXTS = ["the quick brown fox", "the lazy dog", "the fox"]
-#: Starting runs takes the ``admin`` scope; reads are open on loopback (serving.auth).
+#: Starting runs takes the ``admin`` scope; reads are open on loopback (serving.api.auth).
 KEY = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 KEYS = {KEY: ["admin"]}
@@ -39,7 +38,7 @@ KEYS = {KEY: ["admin"]}
 
 def ingest(settings: Settings, texts: list[str]) -> int:
     pipeline = load_pipeline(settings.pipeline)
-    master = MasterDataset(settings.master_path, pipeline, get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, pipeline)
     return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
 
 

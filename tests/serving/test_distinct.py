@@ -20,10 +20,10 @@ import httpx
 import pytest
 import redis
 
-from batch_layer.master import MasterDataset
-from batch_layer.recompute import run_batch
-from batch_layer.storage import get_engine
-from serving.keys import EXACT_DISTINCT_MAX, Keys
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.recompute.job import run_batch
+from batch_layer.master.engines import get_engine
+from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.speed_layer.conftest import assert_exact, running_speed_layer, wait_caught_up

@@ -107,7 +107,7 @@ def test_options_and_405_name_every_method_of_each_path(client: httpx.Client) ->
 
 def test_unexpected_failures_answer_500_in_the_error_shape(client: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """An injected fault (the only fake here): a bug still answers ``{"error", "detail"}``, without its message."""
-    import serving.routes.views as views
+    import serving.api.routes.views as views
 
     def broken(*_: Any, **__: Any) -> Any:
         raise ZeroDivisionError("a secret detail")

@@ -1,4 +1,4 @@
-"""The master clock (``serving.freshness``) on a master dataset whose commits hold Unicode line
+"""The master clock (``serving.api.freshness``) on a master dataset whose commits hold Unicode line
 separators in their texts (so in the statistics, unescaped for U+0085, U+2028, U+2029) and in
 their metadata: versions, commit times and lags are still right.
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
-from serving.freshness import Freshness, MasterClock
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
+from serving.api.freshness import Freshness, MasterClock
 from shared_logic import load_pipeline
 
 SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]

@@ -25,16 +25,16 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
 from deploy.settings import Settings
-from serving.errors import UnavailableError
-from serving.ingest import IdempotencyKey, Ingestor, parse_events
+from serving.api.errors import UnavailableError
+from serving.api.ingest import IdempotencyKey, Ingestor, parse_events
 from shared_logic.registry import load_pipeline
 
 PIPELINE = "payments"
 NDJSON = {"Content-Type": "application/x-ndjson"}
-#: Ingest needs an API key with scope 'ingest' (serving.auth); every server here has this one.
+#: Ingest needs an API key with scope 'ingest' (serving.api.auth); every server here has this one.
 KEY = "test-ingest-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 

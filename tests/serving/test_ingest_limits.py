@@ -7,7 +7,7 @@
   The range's own ends are accepted and stored exactly (read back from the Delta table).
 * Integers must fit a 64-bit column (once a 500 from Arrow).
 * Nesting: arrays nested 1,000 deep once raised RecursionError (a 500). Now a body nested more than
-  ``serving.ingest.MAX_NESTING`` levels is a 400 naming the limit; at the limit it is an ordinary
+  ``serving.api.ingest.MAX_NESTING`` levels is a 400 naming the limit; at the limit it is an ordinary
   invalid event (422). The batch-run body, read by FastAPI, is a 400 in the same error shape.
 """
 
@@ -23,10 +23,9 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
 from deploy.settings import Settings
-from serving.ingest import MAX_NESTING
+from serving.api.ingest import MAX_NESTING
 from shared_logic import EventValidationError, load_pipeline
 
 KEY = "limits-ingest-key"
@@ -101,7 +100,7 @@ def test_file_ingest_locates_out_of_range_times_and_writes_nothing(make_settings
     file = tmp_path / "events.jsonl"
     events = [payment(1), payment(2, event_time=OUTSIDE[0]), payment(3), payment(4, event_time=OUTSIDE[1])]
     file.write_text("\n".join(json.dumps(e) for e in events) + "\n", encoding="utf-8")
-    master = MasterDataset(settings.master_path, load_pipeline("payments"), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline("payments"))
     with pytest.raises(EventValidationError) as info:
         master.ingest_file(file)
     assert [(p.location, p.field) for p in info.value.problems] == [("line 2", "event_time"), ("line 4", "event_time")]

@@ -22,9 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from batch_layer.master import MasterDataset
-from batch_layer.recompute import run_batch
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
@@ -140,7 +139,7 @@ def test_integral_measures_stay_ints_merged_with_realtime_parts(spark: Any, make
     rng = random.Random(8)
     events = orders(rng, 200)
     publish(spark, settings, events, tmp_path / "orders.jsonl")
-    master = MasterDataset(settings.master_path, load_pipeline(PIPELINE), get_engine(settings.storage_engine))
+    master = MasterDataset.open(settings, load_pipeline(PIPELINE))
     with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
         with running_speed_layer(spark, settings):
             more = orders(rng, 150)

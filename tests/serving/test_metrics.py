@@ -22,10 +22,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.settings import Settings
-from serving.app import create_app
-from serving.keys import Keys
-from batch_layer.runs import RunRegistry
-from serving.metrics import EVENTS_INGESTED, route_template
+from serving.api.app import create_app
+from serving.store.keys import Keys
+from serving.store.runs import RunRegistry
+from serving.api.metrics import EVENTS_INGESTED, route_template
 from tests.conftest import ApiServer, free_port
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"

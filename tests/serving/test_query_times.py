@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from batch_layer.recompute import run_batch
+from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests.serving.test_api import ingest, key_url

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from batch_layer.recompute import run_batch
+from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle

@@ -17,7 +17,7 @@ import redis
 from deltalake import DeltaTable
 
 from deploy.settings import Settings
-from serving.keys import Keys
+from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
 

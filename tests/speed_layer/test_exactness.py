@@ -25,9 +25,8 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.recompute import run_batch
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.recompute.job import run_batch
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.conftest import RedisServer
@@ -45,7 +44,7 @@ START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
 
 def _master(settings) -> MasterDataset:  # noqa: ANN001
-    return MasterDataset(settings.master_path, load_pipeline(settings.pipeline), get_engine(settings.storage_engine))
+    return MasterDataset.open(settings, load_pipeline(settings.pipeline))
 
 
 def _ingest_some(master: MasterDataset, rng: random.Random, n: int) -> None:

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 import redis
 from pyspark.sql import functions as F
 
-from batch_layer.publish import ensure_epoch
-from serving.keys import Keys, encode_key
+from serving.store.generations import ensure_epoch
+from serving.store.keys import Keys, encode_key
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from batch_layer.master import MasterDataset
-from batch_layer.storage import get_engine
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
 from shared_logic import load_pipeline
 from speed_layer.source import SOURCE_NAME, MasterChangesSource, master_schema_option
 

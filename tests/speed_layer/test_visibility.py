@@ -17,10 +17,10 @@ import pytest
 import redis
 from pyspark.sql import functions as F
 
-from batch_layer.publish import ensure_epoch
-from serving.errors import UnavailableError
-from serving.keys import Keys, row_parts
-from serving.store import ServingStore
+from serving.store.generations import ensure_epoch
+from serving.api.errors import UnavailableError
+from serving.store.keys import Keys, row_parts
+from serving.api.view_reader import ServingStore
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 

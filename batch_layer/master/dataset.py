@@ -1,0 +1,207 @@
+"""The master dataset: one append-only Delta table per pipeline, the platform's source of truth.
+
+Rows never change. Every commit is a version, and versions are the platform's clock: a row's
+``_version`` is the Delta commit version that added it, read from the log (change data feed),
+never written into the files, so no writer can get it wrong. Besides events the table holds
+barrier rows (``_kind = 'barrier'``), appended by each batch run to mark the version it
+recomputes; barrier rows never reach a view.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from batch_layer.errors import EmptyMasterError, IngestError
+from batch_layer.master.engines import get_engine
+from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
+from shared_logic.errors import EventProblem, EventValidationError
+from shared_logic.events import KIND_COLUMN
+from shared_logic.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Events validated and converted per chunk while ingesting a file (bounds memory).
+INGEST_CHUNK_LINES = 100_000
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an ingest committed: how many events, at which master version."""
+
+    events: int
+    version: int
+
+
+class MasterConfig(Protocol):
+    """Where a pipeline's master dataset lives and which engine reads and writes it.
+
+    The layers above define their own configuration protocols on top of this one; only ``deploy``
+    knows the settings class that satisfies them all.
+    """
+
+    @property
+    def master_path(self) -> Path: ...
+
+    @property
+    def storage_engine(self) -> str: ...
+
+
+class MasterDataset:
+    """The pipeline's master dataset on a storage engine."""
+
+    def __init__(self, path: Path, pipeline: Pipeline, engine: StorageEngine) -> None:
+        self.path, self.pipeline, self.engine = path, pipeline, engine
+        self.schema = pipeline.schema.arrow_schema()
+
+    @classmethod
+    def open(cls, config: MasterConfig, pipeline: Pipeline) -> MasterDataset:
+        """The master dataset of ``pipeline`` where ``config`` says, on its engine (the one way to open it)."""
+        return cls(config.master_path, pipeline, get_engine(config.storage_engine))
+
+    def ensure(self) -> None:
+        """Create the table (change data feed on) if it does not exist yet."""
+        self.engine.ensure_table(self.path, self.schema, name=f"master_{self.pipeline.name}", change_feed=True)
+
+    def latest_version(self) -> int:
+        version = self.engine.latest_version(self.path)
+        if version is None:
+            raise EmptyMasterError(f"no master dataset at {self.path} yet: ingest events first (`lambda-platform ingest FILE`)")
+        return version
+
+    def holds_data(self) -> bool:
+        """True once anything was appended; a missing table, or one just created (version 0, the
+        creating commit, holds no rows), holds nothing to recompute."""
+        version = self.engine.latest_version(self.path)
+        return version is not None and version > 0
+
+    def compact(self) -> CompactionResult:
+        """Rewrite the table's small files into large ones (OPTIMIZE), in one commit that changes no data.
+
+        Rows, versions and every snapshot stay as they were: the commit is ``dataChange = false``,
+        so the speed layer's change feed skips it, and time travel to older versions still reads
+        the old files. Safe while ingest appends. Its result's ``version`` is None when there was
+        nothing to compact.
+        """
+        result = self.engine.compact(self.path, metadata={"lambda.compaction": "master"})
+        if result.version is not None:
+            log.info("master dataset compacted at version %d: %d files into %d", result.version,
+                     result.files_removed, result.files_added)
+        return result
+
+    def append(self, events: pa.Table | pa.RecordBatchReader, **txn: object) -> int:
+        """Append already-validated events in one commit; returns the master version holding them.
+
+        ``txn``: the engine's ``append`` options (``app_id``/``app_version``, ``app_transactions``
+        for several application transactions in the one commit, ``metadata``).
+        """
+        self.ensure()
+        reader = events.to_reader() if isinstance(events, pa.Table) else events
+        return self.engine.append(self.path, reader, **txn)  # type: ignore[arg-type]
+
+    def appender(self) -> Appender:
+        """A long-lived writer for streams of small commits (HTTP ingest); creates the table if needed.
+
+        Its ``append`` takes already-validated events (``self.schema``), like :meth:`append`.
+        """
+        self.ensure()
+        return self.engine.appender(self.path)
+
+    def append_barrier(self, run_id: str) -> int:
+        """Append a barrier row and return its version V: the version a batch run recomputes."""
+        self.ensure()
+        row = {name: [None] for name in self.schema.names}
+        row[KIND_COLUMN] = ["barrier"]
+        barrier = pa.table(row, schema=self.schema)
+        return self.engine.append(self.path, barrier.to_reader(), metadata={"lambda.barrier": run_id})
+
+    def snapshot(self, spark: SparkSession, version: int) -> DataFrame:
+        """The event rows (no barriers) of the master dataset as of ``version``."""
+        rows = self.engine.snapshot(spark, self.path, version, self.schema)
+        return rows.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
+
+    def ingest_file(self, file: Path) -> IngestResult:
+        """Append a JSON Lines file as one commit: all of it, or (on any bad line) none of it.
+
+        The file is validated and converted in chunks, so its size is bounded by disk, not memory.
+        Every problem is reported with its line number and field (EventValidationError).
+        """
+        if not file.is_file():
+            raise IngestError(f"cannot ingest {file}: no such file")
+        if isinstance(self.engine, SparkStorage):  # read, validated and appended by Spark (None: no Spark here)
+            self.ensure()
+            bulk = self.engine.ingest_json_lines(self.path, file, self.pipeline.schema, metadata={"lambda.source": file.name})
+            if bulk is not None:
+                log.info("ingested %d events from %s at master version %d", bulk.events, file, bulk.version)
+                return IngestResult(bulk.events, bulk.version)
+        counter = _Counter()
+        batches = self._validated_batches(file, counter)
+        reader = pa.RecordBatchReader.from_batches(self.schema, batches)
+        try:
+            version = self.append(reader, metadata={"lambda.source": file.name})
+        except Exception:
+            # delta-rs wraps what the batch generator raised; hand back the original, typed error.
+            if counter.error is not None:
+                raise counter.error from None
+            raise
+        log.info("ingested %d events from %s at master version %d", counter.events, file, version)
+        return IngestResult(counter.events, version)
+
+    def _validated_batches(self, file: Path, counter: _Counter) -> Iterator[pa.RecordBatch]:
+        """Yield validated chunks; after a bad line keep checking the rest, then raise (commit never happens)."""
+        try:
+            problems: list[EventProblem] = []
+            for chunk in _numbered_lines(file):
+                try:
+                    table = self.pipeline.schema.validate_json_lines(chunk, source=str(file))
+                except EventValidationError as e:  # noqa: PERF203 - keep collecting every problem
+                    problems.extend(e.problems)
+                    continue
+                if not problems:
+                    counter.events += table.num_rows
+                    yield from table.to_batches()
+            if problems:
+                raise EventValidationError(problems, str(file))
+        except Exception as e:
+            counter.error = e
+            raise
+
+
+@dataclass
+class _Counter:
+    events: int = 0
+    error: Exception | None = None
+
+
+def _numbered_lines(file: Path) -> Iterator[list[tuple[int, str]]]:
+    """Chunks of (line number, text) for the non-blank lines of ``file``."""
+    chunk: list[tuple[int, str]] = []
+    try:
+        with file.open("r", encoding="utf-8") as fh:
+            for number, line in enumerate(fh, start=1):
+                if line.strip():
+                    chunk.append((number, line))
+                if len(chunk) >= INGEST_CHUNK_LINES:
+                    yield chunk
+                    chunk = []
+    except UnicodeDecodeError as e:
+        raise IngestError(f"cannot ingest {file}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    if chunk:
+        yield chunk
+
+
+def dump_jsonl(events: list[dict[str, object]], file: Path) -> None:
+    """Write events as JSON Lines (used by samples and tests)."""
+    with file.open("w", encoding="utf-8") as fh:
+        for event in events:
+            fh.write(json.dumps(event, default=str) + "\n")

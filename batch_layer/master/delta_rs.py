@@ -1,0 +1,190 @@
+"""The embedded storage engine: Delta tables written by delta-rs, snapshots read by Spark's parquet reader."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, Transaction
+from pyspark.sql.pandas.types import from_arrow_schema
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from batch_layer.master.delta_log import read_commit
+from batch_layer.errors import StorageError
+from batch_layer.master.storage import CommitConflictError, CommittedTransaction, CompactionResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Commit races between appenders are retried inside delta-rs; this covers transient I/O faults.
+_retry_io = retry(
+    retry=retry_if_exception_type(OSError),
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=0.05, max=1),
+    reraise=True,
+)
+
+
+class DeltaRsEngine:
+    """Delta Lake through delta-rs (the ``deltalake`` package): no JVM jars needed."""
+
+    def ensure_table(self, path: Path, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
+        if self.latest_version(path) is not None:
+            return
+        path.mkdir(parents=True, exist_ok=True)
+        config = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
+        try:
+            DeltaTable.create(str(path), schema, mode="ignore", name=name, configuration=config)
+        except DeltaError as e:
+            if self.latest_version(path) is None:  # lost a creation race only if the table now exists
+                raise StorageError(f"cannot create Delta table at {path}: {e}") from e
+
+    def latest_version(self, path: Path) -> int | None:
+        try:
+            return DeltaTable(str(path)).version()
+        except TableNotFoundError:
+            return None
+
+    @_retry_io
+    def append(self, path: Path, data: pa.RecordBatchReader, *, app_id: str | None = None,
+               app_version: int | None = None, metadata: Mapping[str, str] | None = None,
+               app_transactions: Sequence[tuple[str, int]] = ()) -> int:
+        table = self._open(path)
+        pairs = list(app_transactions)
+        if app_id is not None and app_version is not None:
+            pairs.insert(0, (app_id, app_version))
+        return _append(table, data, pairs, metadata)
+
+    def appender(self, path: Path) -> DeltaRsAppender:
+        return DeltaRsAppender(path, self._open(path))
+
+    def transaction_version(self, path: Path, app_id: str) -> int | None:
+        return self._open(path).transaction_version(app_id)
+
+    def snapshot(self, spark: SparkSession, path: Path, version: int, schema: pa.Schema) -> DataFrame:
+        files = self._open(path, version).file_uris()
+        spark_schema = from_arrow_schema(schema)
+        if not files:
+            return spark.createDataFrame([], spark_schema)
+        return spark.read.schema(spark_schema).parquet(*files)
+
+    @_retry_io
+    def commit_files(self, path: Path, files: Sequence[Path], schema: pa.Schema, *, app_id: str,
+                     app_version: int, metadata: Mapping[str, str]) -> int | None:
+        table = self._open(path)
+        if (table.transaction_version(app_id) or -1) >= app_version:
+            return None
+        now_ms = int(time.time() * 1000)
+        actions = [
+            AddAction(
+                path=f.relative_to(path).as_posix(),
+                size=f.stat().st_size,
+                partition_values={},
+                modification_time=now_ms,
+                data_change=True,
+                stats=json.dumps({"numRecords": pq.read_metadata(f).num_rows}),
+            )
+            for f in files
+        ]
+        props = CommitProperties(custom_metadata=dict(metadata), app_transactions=[Transaction(app_id, app_version)])
+        table.create_write_transaction(actions, mode="overwrite", schema=schema, commit_properties=props)
+        return table.version()
+
+    @staticmethod
+    def _open(path: Path, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(str(path), version=version)
+        except TableNotFoundError as e:
+            raise StorageError(f"no Delta table at {path}") from e
+
+    def compact(self, path: Path, *, target_size: int | None = None,
+                metadata: Mapping[str, str] | None = None) -> CompactionResult:
+        """OPTIMIZE (bin-packing compaction) in one commit that changes no data (``dataChange = false``).
+
+        Concurrent appends are fine: compaction only rewrites files it read and conflicts with no
+        append. Files of ``target_size`` (default ``delta.targetFileSize``, else 100 MB) or more
+        are left alone; nothing to compact commits nothing (``version`` None).
+        """
+        table = self._open(path)
+        props = CommitProperties(custom_metadata=dict(metadata or {}))
+        try:
+            metrics = table.optimize.compact(target_size=target_size, commit_properties=props)
+        except DeltaError as e:
+            raise StorageError(f"cannot compact the Delta table at {path}: {e}") from e
+        removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+        return CompactionResult(table.version() if removed else None, removed, added)
+
+
+class DeltaRsAppender:
+    """One DeltaTable handle kept between commits (see ``batch_layer.master.storage.Appender``).
+
+    Opening a table replays its log since the last checkpoint (~20-50 ms here); a kept handle
+    appends in ~10-15 ms. But a handle that commits again and again gets slower with every
+    commit (measured with deltalake 1.6: ~10 ms per append after 100 commits, ~100 ms after
+    1,000, on the same table at the same size a freshly opened handle appends in ~20 ms): so the
+    handle is opened anew once the table has a newer checkpoint (every ``delta.checkpointInterval``
+    commits, 100 by default), when there is only a commit or so to replay.
+    """
+
+    def __init__(self, path: Path, table: DeltaTable) -> None:
+        self.path = path
+        self._open(table)
+
+    def _open(self, table: DeltaTable | None = None) -> None:
+        self._table = table if table is not None else DeltaTable(str(self.path))
+        interval = self._table.metadata().configuration.get("delta.checkpointInterval")
+        self._interval = int(interval) if interval else 100
+        self._opened_at = self._table.version()
+
+    def version(self) -> int:
+        return self._table.version()
+
+    def refresh(self) -> None:
+        self._open()
+
+    def transaction_version(self, app_id: str) -> int | None:
+        return self._table.transaction_version(app_id)
+
+    def append(self, data: pa.Table | pa.RecordBatchReader, *, app_transactions: Sequence[tuple[str, int]] = (),
+               metadata: Mapping[str, str] | None = None) -> int:
+        version = _append(self._table, data, list(app_transactions), metadata)
+        if version // self._interval > self._opened_at // self._interval:
+            self._open()  # a checkpoint was written at or before ``version``: start from it
+        return version
+
+    def find_transaction(self, app_id: str, *, from_version: int | None = None) -> CommittedTransaction | None:
+        app_version = self._table.transaction_version(app_id)
+        if app_version is None:
+            return None
+        start = max(0, app_version if from_version is None else from_version)
+        for version in range(start, self._table.version() + 1):
+            commit = read_commit(self.path, version)
+            if commit is not None and commit.records_transaction(app_id):
+                return CommittedTransaction(app_id, app_version, version, commit.info)
+        return CommittedTransaction(app_id, app_version, None, {})
+
+
+def _append(table: DeltaTable, data: pa.Table | pa.RecordBatchReader, txns: Sequence[tuple[str, int]],
+            metadata: Mapping[str, str] | None) -> int:
+    now_ms = int(time.time() * 1000)
+    props = CommitProperties(
+        custom_metadata=dict(metadata or {}),
+        # last_updated lets delta.setTransactionRetentionDuration expire old ids from the table state
+        app_transactions=[Transaction(app_id, version, now_ms) for app_id, version in txns] or None,
+    )
+    try:
+        write_deltalake(table, data, mode="append", commit_properties=props)
+    except CommitFailedError as e:
+        if txns and "concurrent transaction" in str(e).lower():
+            raise CommitConflictError(f"commit to {table.table_uri} lost to a concurrent transaction: {e}") from e
+        raise
+    # After the write the handle's state is exactly the version this commit landed at,
+    # even when other processes commit concurrently (checked against the commit files).
+    return table.version()

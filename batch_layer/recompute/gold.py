@@ -1,0 +1,66 @@
+"""Gold tables: one Delta table per view, one commit per generation.
+
+Either way a generation is one Delta commit (mode overwrite) recording the application
+transaction ``("lambda-batch", V)``: until it lands, every Delta reader sees the previous
+generation as the table's content, so a run killed midway changes nothing; repeating the commit
+for the same V is a no-op. Older generations stay reachable by time travel until vacuumed.
+
+- delta-rs engine: Spark writes the view's rows as parquet files into a fresh folder inside the
+  table; one delta-rs commit makes them the table's content.
+- an engine whose Delta runs inside Spark (``SparkStorage``, delta-spark): Spark writes the
+  generation itself (``txnAppId``/``txnVersion``), distributed, and reads it back by version.
+
+Both engines record the same transaction, so either engine sees a generation the other wrote.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from batch_layer.master.storage import SparkStorage, StorageEngine
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+APP_ID = "lambda-batch"
+
+
+@dataclass(frozen=True)
+class GoldGeneration:
+    """One view's generation in its gold table: its row count, and how to read it."""
+
+    table: Path
+    generation: int
+    rows: int
+    reader: Callable[[SparkSession], DataFrame] = field(repr=False, compare=False)
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        return self.reader(spark)
+
+
+def write_generation(rows: DataFrame, table: Path, engine: StorageEngine, *, generation: int) -> GoldGeneration:
+    """Write ``rows`` as generation ``generation`` of the gold table at ``table`` (one Delta commit)."""
+    metadata = {"lambda.generation": str(generation)}
+    if isinstance(engine, SparkStorage):
+        commit = engine.write_generation(rows, table, app_id=APP_ID, app_version=generation, metadata=metadata)
+        if commit is None:  # already committed (a repeat): the same rows, recomputed from the same snapshot
+            return GoldGeneration(table, generation, rows.count(), lambda spark: rows)
+        return GoldGeneration(table, generation, commit.rows,
+                              lambda spark: engine.read_version(spark, table, commit.version))
+    staging = table / f"gen-{generation:020d}-{uuid.uuid4().hex[:8]}"
+    rows.write.parquet(str(staging))
+    files = tuple(sorted(staging.glob("*.parquet")))
+    schema = pq.read_schema(files[0]) if files else to_arrow_schema(rows.schema, timezone="UTC")
+    schema = schema.remove_metadata()
+    engine.ensure_table(table, schema, name=table.name, change_feed=False)
+    engine.commit_files(table, files, schema, app_id=APP_ID, app_version=generation, metadata=metadata)
+    count = sum(pq.read_metadata(f).num_rows for f in files)
+    paths = [str(f) for f in files]
+    return GoldGeneration(table, generation, count, lambda spark: spark.read.parquet(*paths))

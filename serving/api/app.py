@@ -1,0 +1,209 @@
+"""The FastAPI application: ``create_app(settings)`` builds it; ``serve`` runs it under uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from serving.store.runs import RunRegistry
+from serving.api.auth import require
+from serving.api.docs import install_docs
+from serving.api.errors import ServingError
+from serving.api.freshness import MasterClock
+from serving.api.metrics import install_metrics
+from serving.api.models import error_responses
+from serving.api.openapi import document_server
+from serving.api.routes import batch, events, health, views
+from serving.api.view_reader import ServingStore
+from shared_logic.errors import SharedLogicError, UnknownNameError
+from shared_logic.registry import load_pipeline
+
+if TYPE_CHECKING:
+    from serving.api.config import ApiConfig
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """
+Exact merged views of a Lambda-architecture platform.
+
+Every answer is computed from monoid parts of the served batch generation (and, with a speed
+layer running, its realtime segment), read from Redis in one atomic step. `version` in an
+answer is the master-dataset version it is exact for. When the platform cannot answer
+correctly it says so: 503 with the reason.
+
+**Auth.** API keys from `LAMBDA_API_KEYS`, sent as `Authorization: Bearer <key>`, each with
+scopes. `read`: the views (`GET /v1/views...`) and the batch runs (`GET /v1/batch/runs`,
+`GET /v1/batch/runs/{run_id}`); reads need no key while the server binds to a loopback address
+(127.0.0.1, ::1, localhost). `ingest`: `POST /v1/events`. `admin`: `POST /v1/batch/runs`.
+`/healthz`, `/readyz`, `/metrics`, `/docs` and `/openapi.json` are open. No key, or an unknown
+one: 401; a key without the scope: 403.
+
+**Times** in `window_start`, `from` and `to` are ISO 8601 (`2024-03-01T09:00:00Z`; no offset
+means UTC) or epoch seconds (`1709283600`, at most 6 decimals; always seconds, never
+milliseconds; no exponent, `nan` or `inf`). Event and query times lie from
+0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (in UTC); a window a query addresses must
+lie in that range too. Out of range or malformed: 422 naming the parameter.
+
+**Errors** are JSON `{"error": <class>, "detail": <what is wrong and what to do>}`, for every
+status, including malformed parameters (422, naming each parameter) and malformed JSON bodies
+(400). `OPTIONS` on any route answers 204 with `Allow`; a method a route does not take, 405 with
+`Allow`.
+
+**Integers stay integers:** counts, and sums, minima and maxima over an integer column, are
+JSON integers.
+"""
+
+
+def _error(status: int, exc: Exception, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": type(exc).__name__, "detail": str(exc)}, headers=headers)
+
+
+_PLACES = {"query": "query parameter", "path": "path parameter", "header": "header", "cookie": "cookie"}
+
+
+def _problem(error: dict) -> str:
+    """One FastAPI validation error as a person reads it: where (parameter or body field), what is wrong."""
+    place, *rest = error.get("loc") or ("request",)
+    name = ".".join(str(part) for part in rest)
+    if place == "body":
+        where = f"body field {name!r}" if name else "the body"
+    else:
+        where = f"{_PLACES.get(place, place)} {name!r}"
+    message = error.get("msg", "is invalid")
+    if place != "body" and error.get("type") not in ("missing", "time") and "input" in error:
+        shown = repr(error["input"])
+        message += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+    return f"{where}: {message}"
+
+
+#: Methods a route may take (OPTIONS is answered for every route by ``AnswerOptions``).
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(app: ASGIApp, scope: Scope) -> list[str]:
+    """The methods some route of ``app`` takes at ``scope``'s path, plus OPTIONS; [] when no route has
+    the path. Asked of the routes themselves (each method in turn), so included routers count too."""
+    routes = getattr(app, "routes", ())
+    methods = [m for m in _METHODS if any(r.matches({**scope, "method": m})[0] == Match.FULL for r in routes)]
+    return [*methods, "OPTIONS"] if methods else []
+
+
+class AnswerOptions:
+    """ASGI middleware: ``OPTIONS`` on a route's path answers 204 with ``Allow`` (every method of every
+    route with that path), without auth; other requests pass through."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "OPTIONS":
+            allowed = allowed_methods(scope["app"], scope)
+            if allowed:
+                await Response(status_code=204, headers={"Allow": ", ".join(allowed)})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """The one place exceptions become HTTP answers: every answer is ``{"error", "detail"}`` (ErrorBody)."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        malformed = [e for e in errors if e.get("type") == "json_invalid"]
+        if malformed:
+            error, position = malformed[0], (malformed[0].get("loc") or ("body", "?"))[-1]
+            problem = (error.get("ctx") or {}).get("error") or error.get("msg")
+            return JSONResponse(status_code=400, content={
+                "error": "BadRequestError", "detail": f"malformed JSON body: {problem} at character {position}"})
+        detail = "; ".join(_problem(e) for e in errors) or "the request does not fit this route"
+        if errors and all((e.get("loc") or ("",))[0] == "header" for e in errors):
+            return JSONResponse(status_code=400, content={"error": "BadRequestError", "detail": detail})
+        return JSONResponse(status_code=422, content={"error": "RequestValidationError", "detail": detail})
+
+    @app.exception_handler(ServingError)
+    async def _serving(_: Request, exc: ServingError) -> JSONResponse:
+        if exc.status >= 500:
+            log.warning("answering %d: %s", exc.status, exc)
+        return _error(exc.status, exc, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Auth refusals and unknown routes answer in the same shape as every other error.
+        name = {400: "BadRequestError", 401: "Unauthorized", 403: "Forbidden", 404: "NotFoundError",
+                405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        headers = dict(getattr(exc, "headers", None) or {})
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI's own words
+            detail = "the body could not be read as JSON (malformed, or nested too deeply): send a JSON object"
+        if exc.status_code == 405:  # Allow: every method of the path, not only the first route's
+            allowed = allowed_methods(request.app, request.scope)
+            headers["Allow"] = ", ".join(allowed)
+            detail = f"{request.method} is not a method of {request.url.path}; use one of {', '.join(allowed)}"
+        return JSONResponse(status_code=exc.status_code, content={"error": name, "detail": detail},
+                            headers=headers or None)
+
+    @app.exception_handler(UnknownNameError)
+    async def _unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
+        return _error(404, exc)
+
+    @app.exception_handler(SharedLogicError)
+    async def _logic(_: Request, exc: SharedLogicError) -> JSONResponse:
+        return _error(422, exc)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the exception with its traceback after this answer; the client gets the same shape.
+        return JSONResponse(status_code=500, content={
+            "error": "InternalServerError",
+            "detail": f"{request.method} {request.url.path} failed unexpectedly ({type(exc).__name__}); "
+                      "the server log has the details",
+        })
+
+
+def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
+    """The API for ``settings.pipeline``, reading from the Redis at ``redis_url``."""
+    pipeline = load_pipeline(settings.pipeline)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.store = ServingStore(redis_url, pipeline.name)
+        app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
+        try:
+            yield
+        finally:
+            await app.state.store.close()
+            app.state.batch_runs.close()
+
+    app = FastAPI(
+        title=f"Lambda platform: {pipeline.name}",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served offline by serving.api.docs
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+    )
+    app.state.pipeline = pipeline
+    app.state.settings = settings
+    app.state.master_clock = MasterClock(settings.master_path)
+    install_error_handlers(app)
+    install_metrics(app)
+    app.add_middleware(AnswerOptions)
+    protected = error_responses(401, 403)
+    app.include_router(views.router, dependencies=[Depends(require("read"))], responses=protected)
+    app.include_router(events.router, dependencies=[Depends(require("ingest"))], responses=protected)
+    app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
+    app.include_router(health.router)
+    install_docs(app)
+    document_server(app, pipeline, settings.http_host)
+    return app

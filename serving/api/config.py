@@ -1,0 +1,27 @@
+"""What the HTTP API needs to know, as a protocol: ``deploy``'s settings satisfy it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from batch_layer.master.dataset import MasterConfig
+
+
+class ApiConfig(MasterConfig, Protocol):
+    """The API's configuration (see ``deploy.settings.Settings`` for each field's meaning)."""
+
+    @property
+    def pipeline(self) -> str: ...
+
+    @property
+    def http_host(self) -> str: ...
+
+    @property
+    def api_keys(self) -> Mapping[str, Sequence[str]] | None: ...
+
+    @property
+    def max_body_bytes(self) -> int: ...
+
+    @property
+    def ingest_group_commit_ms(self) -> float: ...

@@ -1,0 +1,316 @@
+"""Prometheus metrics of the serving API, at ``GET /metrics``.
+
+``install_metrics(app)`` gives ``app`` its own ``CollectorRegistry`` (``app.state.metrics_registry``,
+so several apps in one process never clash) holding:
+
+* per request, by route template (``/v1/views/{view}/keys/{key}``, never the raw path), method and
+  status: ``lambda_http_requests_total`` and the ``lambda_http_request_duration_seconds`` histogram,
+  recorded by a pure ASGI middleware (two dict look-ups and two increments per request);
+* ``lambda_events_ingested_total``: ``EVENTS_INGESTED``, which the ingest route increments;
+* what other processes leave in Redis, read when Prometheus scrapes (``PlatformCollector``): the
+  speed layer's heartbeat hash ``lp:{p}:speed`` (processed version, micro-batch id and duration,
+  heartbeat age), how far answers lag the master dataset (versions and seconds, from the master's
+  Delta log via ``app.state.master_clock``), the served batch generation and its ``computed_at``,
+  and batch runs by outcome (counts, newest duration and time) through the app's
+  ``serving.store.runs.RunRegistry``. Missing data means missing samples, never a failed scrape;
+  ``lambda_metrics_redis_up`` says whether Redis answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from serving.store.runs import BatchRun, RunRegistry
+from serving.store.heartbeat import SpeedHeartbeat
+
+log = logging.getLogger(__name__)
+
+#: Events accepted by ingest, process-wide; registered in every app's registry. The ingest route
+#: calls ``EVENTS_INGESTED.inc(n)`` once the events are committed to the master dataset.
+EVENTS_INGESTED = Counter(
+    "lambda_events_ingested", "Events accepted by HTTP ingest and committed to the master dataset.", registry=None
+)
+
+#: Request latency buckets (seconds): key reads take about a millisecond.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Longest a scrape waits for Redis before answering with what it has.
+SCRAPE_TIMEOUT = 2.0
+#: Most batch-run records read per scrape (``serving.store.runs`` keeps the newest 1000).
+MAX_RUNS = 1000
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_CONVERTER = re.compile(r"\{([^}:]+):[^}]*\}")
+UNMATCHED = "unmatched"
+
+
+def route_template(path: str) -> str:
+    """A route's path without converters: ``/v1/views/{view}/keys/{key:path}`` -> ``.../{key}``."""
+    return _CONVERTER.sub(r"{\1}", path)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class RequestMetrics:
+    """Pure ASGI middleware: counts and times each HTTP request by route template, method, status.
+
+    The router stores the matched route in ``scope["route"]`` (the scope dict is shared down the
+    stack), so the template is known once the app returns; labelled children are cached per
+    (method, route, status) so a request costs two dict look-ups, an increment and an observe.
+    """
+
+    def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram) -> None:
+        self.app, self._requests, self._latency = app, requests, latency
+        self._children: dict[tuple[str, str | None, int], tuple[Any, Any]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what ServerErrorMiddleware answers when the app raises before responding
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            key = (scope["method"], getattr(route, "path", None), status)
+            children = self._children.get(key)
+            if children is None:
+                children = self._child(key)
+            children[0].inc()
+            children[1].observe(elapsed)
+
+    def _child(self, key: tuple[str, str | None, int]) -> tuple[Any, Any]:
+        method, path, status = key
+        labels = (
+            method if method in _METHODS else "OTHER",
+            UNMATCHED if path is None else route_template(path),
+            str(status),
+        )
+        children = (self._requests.labels(*labels), self._latency.labels(*labels))
+        self._children[key] = children
+        return children
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _number(value: Any) -> float | None:
+    """A finite float from a number or numeric string (Redis replies); None otherwise."""
+    try:
+        number = float(_text(value))
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+# --------------------------------------------------------------------------- platform collector
+
+
+@dataclass
+class Snapshot:
+    """What one scrape read; ``PlatformCollector.collect`` turns it into samples."""
+
+    redis_up: bool | None = None
+    speed: dict[str, str] = field(default_factory=dict)
+    generation: int | None = None
+    computed_at: float | None = None
+    latest_version: int | None = None
+    lag_versions: int | None = None
+    lag_seconds: float | None = None
+    runs: list[BatchRun] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.time)
+
+
+def _client(store: Any) -> Any:
+    """The store's async Redis client (public ``client`` if the store grows one)."""
+    return getattr(store, "client", None) or store._client  # noqa: SLF001
+
+
+class PlatformCollector(Collector):
+    """Metrics of the speed and batch layers, read from Redis and the master's Delta log per scrape.
+
+    ``refresh(app)`` (async, called by ``GET /metrics``) reads; ``collect()`` reports what the last
+    refresh read, so the registry's synchronous collection never blocks the event loop on Redis.
+    """
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.snapshot = Snapshot()
+
+    async def refresh(self, app: FastAPI) -> Snapshot:
+        snapshot = Snapshot()
+        store = getattr(app.state, "store", None)
+        if store is not None:
+            try:
+                runs = getattr(app.state, "batch_runs", None)
+                await asyncio.wait_for(self._read_redis(store, runs, snapshot), SCRAPE_TIMEOUT)
+            except (RedisError, OSError, asyncio.TimeoutError) as e:
+                log.debug("metrics scrape: Redis did not answer: %s", e)
+                snapshot.redis_up = False
+        clock = getattr(app.state, "master_clock", None)
+        if clock is not None:
+            await self._read_lag(clock, snapshot)
+        self.snapshot = snapshot
+        return snapshot
+
+    async def _read_redis(self, store: Any, registry: RunRegistry | None, snapshot: Snapshot) -> None:
+        client, keys = _client(store), store.keys
+        pipe = client.pipeline(transaction=False)
+        pipe.hgetall(keys.speed)
+        pipe.get(keys.current)
+        speed, current = await pipe.execute()
+        snapshot.redis_up = True
+        snapshot.speed = {_text(k): _text(v) for k, v in speed.items()}
+        if current is not None:
+            snapshot.generation = int(current)
+            snapshot.computed_at = _number(await client.hget(keys.meta(snapshot.generation), "computed_at"))
+        if registry is not None:  # settles runs left 'running' by a dead scheduler, as every reader does
+            _, snapshot.runs = await asyncio.to_thread(registry.recent, MAX_RUNS)
+
+    async def _read_lag(self, clock: Any, snapshot: Snapshot) -> None:
+        """Lag behind the master dataset, as ``GET /v1/views`` reports it (``MasterClock.freshness``)."""
+        processed = SpeedHeartbeat.from_hash(snapshot.speed).processed
+        try:
+            fresh = await asyncio.wait_for(
+                clock.freshness(processed, snapshot.generation),
+                SCRAPE_TIMEOUT,
+            )
+        except Exception as e:  # noqa: BLE001 - an unreadable or slow Delta log leaves the lag unknown
+            log.debug("metrics scrape: master dataset unreadable: %s", e)
+            return
+        snapshot.latest_version = fresh.latest_version
+        snapshot.lag_versions, snapshot.lag_seconds = fresh.lag_versions, fresh.lag_seconds
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        s, p = self.snapshot, [self.pipeline]
+
+        def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
+            if value is not None:
+                family = GaugeMetricFamily(name, doc, labels=["pipeline"])
+                family.add_metric(p, value)
+                yield family
+
+        if s.redis_up is not None:
+            yield from gauge("lambda_metrics_redis_up", "1 if Redis answered the last scrape, else 0.", float(s.redis_up))
+        yield from gauge("lambda_master_latest_version", "Newest version of the master dataset (Delta log).",
+                         s.latest_version)
+        yield from gauge(
+            "lambda_speed_lag_versions",
+            "Master versions the answers are behind: newest master version minus the newest version "
+            "covered by the speed layer or the served batch generation.", s.lag_versions)
+        yield from gauge("lambda_speed_lag_seconds",
+                         "Age of the oldest master version the answers do not cover yet (0: up to date).",
+                         s.lag_seconds)
+
+        speed = s.speed
+        yield from gauge("lambda_speed_processed_version", "Last master version the speed layer fully applied.",
+                         _number(speed.get("processed")))
+        yield from gauge("lambda_speed_batch_id", "Id of the speed layer's last applied micro-batch.",
+                         _number(speed.get("batch_id")))
+        yield from gauge("lambda_speed_last_batch_seconds", "Duration of the speed layer's last micro-batch.",
+                         _number(speed.get("last_batch_seconds")))
+        heartbeat = _number(speed.get("heartbeat_at"))
+        yield from gauge("lambda_speed_heartbeat_timestamp_seconds", "When the speed layer last reported (epoch s).",
+                         heartbeat)
+        yield from gauge("lambda_speed_heartbeat_age_seconds", "Seconds since the speed layer last reported.",
+                         None if heartbeat is None else max(0.0, s.taken_at - heartbeat))
+
+        yield from gauge("lambda_batch_served_generation", "Master version of the served batch generation.",
+                         s.generation)
+        yield from gauge("lambda_batch_served_computed_at_timestamp_seconds",
+                         "When the served batch generation was computed (epoch s).", s.computed_at)
+        yield from gauge("lambda_batch_served_age_seconds", "Seconds since the served batch generation was computed.",
+                         None if s.computed_at is None else max(0.0, s.taken_at - s.computed_at))
+
+        if s.runs:
+            yield from self._runs(s.runs)
+
+    def _runs(self, runs: list[BatchRun]) -> Iterator[Metric]:
+        count = GaugeMetricFamily("lambda_batch_runs", "Batch runs in the run registry, by outcome.",
+                                  labels=["pipeline", "outcome"])
+        duration = GaugeMetricFamily("lambda_batch_last_run_duration_seconds",
+                                     "Duration of the newest recorded batch run of each outcome.",
+                                     labels=["pipeline", "outcome"])
+        when = GaugeMetricFamily("lambda_batch_last_run_timestamp_seconds",
+                                 "When the newest recorded batch run of each outcome finished (or started).",
+                                 labels=["pipeline", "outcome"])
+        by_outcome: dict[str, list[BatchRun]] = {}
+        for run in runs:
+            by_outcome.setdefault(run.status, []).append(run)
+        for outcome, group in sorted(by_outcome.items()):
+            labels = [self.pipeline, outcome]
+            count.add_metric(labels, len(group))
+            newest = max(group, key=_when)
+            if newest.duration is not None:
+                duration.add_metric(labels, newest.duration)
+            when.add_metric(labels, _when(newest))
+        yield count
+        if duration.samples:
+            yield duration
+        if when.samples:
+            yield when
+
+
+def _when(run: BatchRun) -> float:
+    """When a run finished, else started, else was asked for (epoch seconds)."""
+    return next(t for t in (run.finished_at, run.started_at, run.requested_at) if t is not None)
+
+
+# --------------------------------------------------------------------------- install
+
+
+
+def install_metrics(app: FastAPI) -> None:
+    """Add request metrics and ``GET /metrics`` (Prometheus text; OpenMetrics on request) to ``app``."""
+    registry = CollectorRegistry()
+    labels = ("method", "route", "status")
+    requests = Counter("lambda_http_requests", "HTTP requests answered, by route template, method and status.",
+                       labels, registry=registry)
+    latency = Histogram("lambda_http_request_duration_seconds",
+                        "Time to answer HTTP requests, by route template, method and status.",
+                        labels, buckets=LATENCY_BUCKETS, registry=registry)
+    registry.register(EVENTS_INGESTED)
+    pipeline = getattr(getattr(app.state, "pipeline", None), "name", None) or "unknown"
+    platform = PlatformCollector(pipeline)
+    registry.register(platform)
+    app.state.metrics_registry = registry
+    app.add_middleware(RequestMetrics, requests=requests, latency=latency)
+
+    async def metrics(request: Request) -> Response:
+        await platform.refresh(request.app)
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(content=encoder(registry), media_type=content_type)
+
+    app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False, name="metrics")

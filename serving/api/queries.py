@@ -1,0 +1,222 @@
+"""From an HTTP question to an exact answer: which parts to read, and how they combine.
+
+Batch and realtime parts, and the parts of several windows, are combined only with each
+measure's monoid (``Measure.combine``); derived values (averages) are computed from the combined
+parts, never stored or averaged again.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
+from serving.api.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
+from serving.api.view_reader import Generation, KeyRead, ServingStore
+from serving.api.times import at, epoch_seconds
+from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
+from shared_logic.measures import Count, Measure
+from shared_logic.views import View
+
+#: Most windows one range query may span (bounds the work of one atomic read).
+MAX_WINDOWS = 2_000
+#: Epoch seconds a window addressed by a query must lie in: its start at or after TIME_MIN and its
+#: end (exclusive, itself an answer's time) at or before TIME_MAX, rounded down to a second.
+_FIRST, _LAST = epoch_seconds(TIME_MIN), epoch_seconds(TIME_MAX)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _at(epoch: float | None) -> datetime | None:
+    return None if epoch is None else at(0) + timedelta(seconds=epoch)
+
+
+def _outside(view: View, param: str, t: datetime) -> BadQueryError:
+    size = view.window.seconds  # type: ignore[union-attr]
+    earliest, latest = -(-_FIRST // size) * size, (_LAST - size) // size * size + size
+    return BadQueryError(
+        f"{param}: the {size} s window of view {view.name!r} holding {t.isoformat()} reaches outside the supported "
+        f"time range {TIME_RANGE}; for this view give a time from {at(earliest).isoformat()} to "
+        f"{(at(latest) - _MICROSECOND).isoformat()}"
+    )
+
+
+def _window_of(view: View, param: str, t: datetime) -> int:
+    """Start (epoch seconds) of the window of ``view`` holding ``t``, which must lie in the supported range."""
+    size = view.window.seconds  # type: ignore[union-attr]
+    start = view.window.start_of(epoch_seconds(t))  # type: ignore[union-attr]
+    if start < _FIRST or start + size > _LAST:
+        raise _outside(view, param, t)
+    return start
+
+
+def window_starts(view: View, window_start: datetime | None, start: datetime | None, end: datetime | None) -> list[int]:
+    """Epoch-second window starts a query addresses; [] for an all-time view. Times are aware UTC
+    datetimes (``serving.api.times``); arithmetic is exact, in whole seconds and microseconds."""
+    if view.window is None:
+        if window_start or start or end:
+            raise BadQueryError(f"view {view.name!r} has no window; drop window_start/from/to")
+        return []
+    size = view.window.seconds
+    if window_start is not None:
+        if start or end:
+            raise BadQueryError("give either window_start or from/to, not both")
+        return [_window_of(view, "window_start", window_start)]
+    if start is None or end is None:
+        raise BadQueryError(
+            f"view {view.name!r} is windowed ({size} s tumbling windows): give window_start=<time>, "
+            "or from=<time>&to=<time> (ISO 8601 or epoch seconds)"
+        )
+    if end <= start:
+        raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()})")
+    first = _window_of(view, "from", start)
+    count = -(-(end - at(first)) // timedelta(seconds=size))
+    if count > MAX_WINDOWS:
+        raise BadQueryError(f"the range spans {count} windows; at most {MAX_WINDOWS} per query")
+    if first + count * size > _LAST:
+        raise _outside(view, "to", end - _MICROSECOND)
+    return [first + i * size for i in range(count)]
+
+
+# --------------------------------------------------------------------------------------------
+# integral measures
+
+_INTEGRAL: weakref.WeakKeyDictionary[ServingStore, dict[tuple[int, str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+async def integral_measures(store: ServingStore, generation: int, view: View) -> frozenset[str]:
+    """The measures of ``view`` whose values are integers in ``generation``: what the batch run recorded
+    (``integral:{view}`` in the generation's metadata: measures over an integral column type), else
+    the counts. Cached per store and generation (a generation's metadata never changes)."""
+    cache = _INTEGRAL.setdefault(store, {})
+    found = cache.get((generation, view.name))
+    if found is None:
+        try:
+            raw = await store.client.hget(store.keys.meta(generation), f"integral:{view.name}")
+        except (RedisError, OSError) as e:
+            raise UnavailableError(f"Redis is unreachable: {e}") from e
+        names = json.loads(raw) if raw else [m.name for m in view.scalar_measures if isinstance(m, Count)]
+        found = frozenset(names)
+        if len(cache) > 256:  # generations come and go: keep the cache small
+            cache.clear()
+        cache[(generation, view.name)] = found
+    return found
+
+
+def _typed(measure: Measure, value: float | None, integral: frozenset[str]) -> Any:
+    """An integral measure's value as an int (parts arrive as floats; exact below 2**53)."""
+    return int(value) if value is not None and measure.name in integral else value
+
+
+def combine(view: View, parts: Iterable[dict[str, float | None]], integral: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Combine scalar parts (windows; batch and realtime) with each measure's monoid."""
+    merged: dict[str, Any] = {m.name: None for m in view.scalar_measures}
+    for part in parts:
+        for measure in view.scalar_measures:
+            merged[measure.name] = measure.combine(merged[measure.name], part.get(measure.name))
+    return {m.name: _typed(m, merged[m.name], integral) for m in view.scalar_measures}
+
+
+def _finish(view: View, scalars: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
+    parts = {**scalars, **distinct}
+    value = {m.name: parts.get(m.name) for m in view.measures}
+    for derived in view.derived:
+        value[derived.name] = derived.compute(value)
+    return value
+
+
+def _present(part: dict[str, float | None]) -> bool:
+    return any(v is not None for v in part.values())
+
+
+def _span(start: int, seconds: int) -> dict[str, datetime]:
+    return {"start": at(start), "end": at(start + seconds)}
+
+
+async def key_answer(
+    store: ServingStore,
+    view: View,
+    key: str,
+    *,
+    window_start: datetime | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    explain: bool = False,
+) -> KeyAnswer:
+    """The exact measures of ``key`` in ``view`` (one window, a range of windows, or all time)."""
+    starts = window_starts(view, window_start, start, end)
+    items = [(key, s) for s in starts] if starts else [(key, None)]
+    read = await store.read(
+        view.name, items, [m.name for m in view.scalar_measures], [m.name for m in view.distinct_measures]
+    )
+    present = [_present(b) or _present(r) for b, r in zip(read.batch, read.realtime)]
+    if not any(present):
+        where = f" in the {len(starts)} window(s) asked for" if starts else ""
+        raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")
+    integral = await integral_measures(store, read.generation.generation, view)
+    value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
+    answer = _answer(view, key, read.generation, value)
+    if view.window and window_start is not None:
+        answer.window = WindowSpan(**_span(starts[0], view.window.seconds))
+    elif view.window:
+        answer.range = WindowSpan(start=start, end=end)  # type: ignore[arg-type]
+        answer.windows = [
+            WindowValue(**_span(s, view.window.seconds),
+                        value=_finish(view, combine(view, [read.batch[i], read.realtime[i]], integral),
+                                      read.distinct_merged[i]))
+            for i, s in enumerate(starts) if present[i]
+        ]
+    if explain:
+        answer.explain = _explain(view, read, integral)
+    return answer
+
+
+def _explain(view: View, read: KeyRead, integral: frozenset[str]) -> Explanation:
+    def side(scalars: list[dict[str, float | None]], distinct: list[dict[str, int]]) -> dict[str, Any]:
+        merged = combine(view, scalars, integral)
+        if len(distinct) == 1:
+            merged.update(distinct[0])
+        return merged
+
+    served = read.generation
+    return Explanation(
+        batch=side(read.batch, read.distinct_batch),
+        realtime=side(read.realtime, read.distinct_realtime),
+        generation=served.generation,
+        generation_version=served.generation,
+        speed_processed_version=served.processed,
+        computed_at=_at(served.computed_at),
+    )
+
+
+def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> KeyAnswer:
+    return KeyAnswer(
+        view=view.name, key=key, value=value, generation=served.generation, version=served.version,
+        computed_at=_at(served.computed_at),
+    )
+
+
+async def top_answer(
+    store: ServingStore, view: View, measure_name: str | None, n: int, window_start: datetime | None
+) -> TopAnswer:
+    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order)."""
+    measure = view.measure(measure_name) if measure_name else view.scalar_measures[0]
+    if measure not in view.scalar_measures:
+        raise BadQueryError(f"top-N ranks by a scalar measure; {measure.name!r} is a distinct count. "
+                            f"Use one of {[m.name for m in view.scalar_measures]}")
+    starts = window_starts(view, window_start, None, None)
+    read = await store.top(view.name, measure.name, starts[0] if starts else None, n)
+    integral = await integral_measures(store, read.generation.generation, view)
+    merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
+              for key in read.batch.keys() | read.realtime.keys()}
+    ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return TopAnswer(
+        view=view.name, measure=measure.name, n=n,
+        window=WindowSpan(**_span(starts[0], view.window.seconds)) if starts and view.window else None,
+        top=[TopEntry(key=k, value=_typed(measure, v, integral)) for k, v in ranked],
+        generation=read.generation.generation, version=read.generation.version,
+    )

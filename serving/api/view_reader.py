@@ -1,0 +1,243 @@
+"""Reads from the serving store (Redis), each one atomic.
+
+A read takes the generation pointer, the batch parts, the realtime segment's parts and the
+distinct counts in one Lua call, so it never mixes two generations, or a generation with
+another generation's segment, even while a batch run flips the pointer. It reads the realtime
+segment as of its ``processed`` version, leaving out a micro-batch still being written (see
+``speed_layer.segments``): every answer is exact at the version it names.
+
+Versions never go backwards: a store answers 503 (``UnavailableError``, with the reason) rather
+than at a version lower than the highest it has answered at. That mark lives in the process: a
+restarted API server starts a new one with its first answer. Across restarts the order is kept by
+how versions are made: a generation published after Redis lost its data has its barrier after
+the loss (``batch_layer.recompute.job`` takes the epoch before the barrier), so it is newer than
+anything served before; only a rebuild from an older state would go back, and the mark catches
+that within a server's life.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from serving.api.errors import UnavailableError
+from serving.store.connection import async_redis_client
+from serving.store.heartbeat import SpeedHeartbeat
+from serving.store.keys import Keys, suffix
+from serving.store.read_scripts import INSTALL_RANKING, READ, TOP
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The served batch generation (its master version) and what the speed layer added to it."""
+
+    generation: int
+    computed_at: float | None
+    run_id: str | None
+    events: int | None
+    processed: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        """The master version answers are exact for: the generation, or what the speed layer applied after it."""
+        return max(self.generation, self.processed or -1)
+
+
+@dataclass(frozen=True)
+class KeyRead:
+    """Raw parts of one read, per item (key in a window): batch and realtime scalars and distinct counts."""
+
+    generation: Generation
+    batch: list[dict[str, float | None]]
+    realtime: list[dict[str, float | None]]
+    distinct_batch: list[dict[str, int]]
+    distinct_realtime: list[dict[str, int]]
+    distinct_merged: list[dict[str, int]]
+    distinct_total: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TopRead:
+    generation: Generation
+    batch: dict[str, float]
+    realtime: dict[str, float]
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(layout: bytes) -> dict[str, int]:
+    """Measure name -> index in a batch row, from the generation's ``measures:{view}`` (JSON list)."""
+    return {name: i for i, name in enumerate(json.loads(layout))}
+
+
+def _num(value: bytes | str) -> float | None:
+    return float(value) if value not in (b"", "") else None
+
+
+def _generation(generation: bytes, processed: bytes, meta: Sequence[bytes | None]) -> Generation:
+    computed_at, run_id, events = meta
+    return Generation(
+        int(generation),
+        float(computed_at) if computed_at else None,
+        run_id.decode() if run_id else None,
+        int(events) if events else None,
+        int(processed) if processed else None,
+    )
+
+
+class ServingStore:
+    """Async, atomic reads of one pipeline's views from Redis."""
+
+    def __init__(self, url: str, pipeline: str) -> None:
+        self.keys = Keys(pipeline)
+        self._url = url
+        self._client = async_redis_client(url)
+        self._read = self._client.register_script(READ)
+        self._top = self._client.register_script(TOP)
+        self._install = self._client.register_script(INSTALL_RANKING)
+        #: The highest version this process has answered at (see the module docstring).
+        self._answered = -1
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The underlying async client (for metrics collectors; reads go through the methods)."""
+        return self._client
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _unavailable(self, e: Exception) -> UnavailableError:
+        where = self._url.split("@")[-1]  # never echo a password
+        return UnavailableError(f"Redis is unreachable at {where}: {e}")
+
+    def _nothing_published(self) -> UnavailableError:
+        return UnavailableError(
+            f"no batch generation of pipeline {self.keys.pipeline!r} is published in Redis "
+            "(no batch run yet, or Redis lost its data): run `lambda-platform batch run`"
+        )
+
+    def _not_older(self, served: Generation) -> Generation:
+        """``served``, unless it is older than a version already answered at: then 503, saying why."""
+        if served.version < self._answered:
+            raise UnavailableError(
+                f"the serving store of pipeline {self.keys.pipeline!r} holds master version {served.version}, older "
+                f"than version {self._answered} already answered at (Redis lost data, or the speed layer is "
+                "rebuilding its segments): answers resume once it is as new again; retry shortly",
+                headers={"Retry-After": "2"},
+            )
+        self._answered = served.version
+        return served
+
+    async def ping(self) -> None:
+        try:
+            await self._client.ping()
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+
+    async def generation(self) -> Generation | None:
+        """The served generation with its metadata, or None when nothing is published."""
+        try:
+            generation = await self._client.get(self.keys.current)
+            if generation is None:
+                return None
+            meta = await self._client.hgetall(self.keys.meta(int(generation)))
+            processed = await self._client.hget(self.keys.segment_meta(int(generation)), "processed")
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+        meta = {k.decode(): v for k, v in meta.items()}
+        served = _generation(generation, processed or b"", [meta.get("computed_at"), meta.get("run_id"), meta.get("events")])
+        rows = {k.removeprefix("rows:"): int(v) for k, v in meta.items() if k.startswith("rows:")}
+        return Generation(**{**served.__dict__, "rows": rows})
+
+    async def speed_status(self) -> SpeedHeartbeat:
+        """The speed layer's heartbeat (all None when it never ran)."""
+        try:
+            status = await self._client.hgetall(self.keys.speed)
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+        return SpeedHeartbeat.from_hash(status)
+
+    async def _call(self, script, args: list) -> list:  # noqa: ANN001 - redis Script object
+        try:
+            reply = await script(keys=[self.keys.current], args=args)
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+        if reply is None:
+            raise self._nothing_published()
+        return reply
+
+    async def read(
+        self, view: str, items: Sequence[tuple[str, int | None]], measures: Sequence[str], distinct: Sequence[str]
+    ) -> KeyRead:
+        """Atomically read ``items`` (key, window start) of ``view``: batch part, realtime part, sketches."""
+        args: list = [self.keys.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
+        for key, window_start in items:
+            args += [key, suffix(window_start)]
+        reply = await self._call(self._read, args)
+        generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
+        positions = _positions(layout)
+        where = [positions.get(m) for m in measures]
+
+        def batch_part(row: bytes) -> dict[str, float | None]:
+            if not row:
+                return dict.fromkeys(measures)
+            parts = json.loads(row)
+            return {m: None if i is None or parts[i] is None else float(parts[i]) for m, i in zip(measures, where)}
+
+        def counts(rows: list) -> list[dict[str, int]]:
+            return [dict(zip(distinct, (int(c) for c in row))) for row in rows]
+
+        return KeyRead(
+            self._not_older(_generation(generation, processed, meta)), [batch_part(r) for r in rows],
+            [dict(zip(measures, (_num(v) for v in row))) for row in realtime],
+            counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
+        )
+
+    async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
+        """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts."""
+        ranked = ""
+        for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
+            reply = await self._call(self._top, [self.keys.prefix, view, measure, suffix(window_start), n, ranked])
+            if not (len(reply) == 3 and reply[1] == b"unranked"):
+                break
+            ranked = reply[0].decode()
+            await self._rank(int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+        else:
+            raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
+        generation, processed, meta, top, realtime, under = reply
+        batch = {top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)}
+        members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
+        batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
+        rt = {members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)}
+        return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
+
+    async def _rank(self, generation: int, view: str, measure: str, window_start: int | None,
+                    position: int | None) -> None:
+        """Build generation ``generation``'s ranking of ``view`` by ``measure`` from its rows hash.
+
+        Built in pages beside the final key and installed with one atomic rename, so Redis is never
+        blocked for long and readers see no half-built ranking. Concurrent first requests may each
+        build one; the first installed wins. A generation dropped meanwhile takes its pieces along.
+        """
+        ranking = self.keys.scores(generation, view, measure, window_start)
+        building = f"{ranking}:building:{uuid.uuid4().hex[:8]}"
+        page: dict[bytes, float] = {}
+        try:
+            async for key, row in self._client.hscan_iter(self.keys.rows(generation, view, window_start), count=2000):
+                value = json.loads(row)[position] if position is not None else None
+                if value is not None:
+                    page[key] = value
+                if len(page) >= 2000:
+                    await self._client.zadd(building, page)
+                    page.clear()
+            if page:
+                await self._client.zadd(building, page)
+            await self._install(keys=[building, ranking, self.keys.current], args=[generation])
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e

@@ -1,0 +1,247 @@
+"""The Redis key layout of the serving store, shared by the layers that write it and the API that reads it.
+
+For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segment based at ``B``::
+
+    lp:p:current                              generation pointer: the master version G served
+    lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
+    lp:p:g:{G}:meta                           hash: computed_at, run_id, events; per view its rows,
+                                              ``measures:{view}``, the order of a row's parts (JSON list),
+                                              and ``integral:{view}``, the measures whose values are integers
+    lp:p:g:{G}:{view}:r[@{ws}]                hash: key -> the row's batch parts as a JSON array: scalar
+                                              measures, then each distinct measure's values (an array of at
+                                              most EXACT_DISTINCT_MAX), or null when kept as a HyperLogLog
+    lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a distinct measure's values, for larger rows
+    lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set ranking the rows by a scalar measure: built from the
+                                              rows hash by the first top-N query that needs it
+    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
+    lp:p:s:{B}:{view}:d:{measure}:{field}     realtime HyperLogLog of a distinct measure, per row
+    lp:p:s:{B}:{view}:u:{measure}[@{ws}]      undo log of the micro-batch in flight: key -> the row's value
+                                              before it ('' = none; distinct measures: '1' = copied to :p:)
+    lp:p:s:{B}:{view}:t:{measure}[@{ws}]      the undo log's tag: end version of the micro-batch that wrote it
+    lp:p:s:{B}:{view}:p:{measure}:{field}     a row's HyperLogLog before the micro-batch in flight touched it
+    lp:p:s:{B}:meta                           hash: processed (last master version fully applied: the commit
+                                              point; rows whose undo tag is above it read their undo value)
+    lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
+    lp:p:plan:{query}                         "batch id:bases" of the micro-batch in flight (replays reuse it)
+    lp:p:speed                                hash: the speed layer's heartbeat, processed version, state
+                                              ("running" or why it waits), the version its query started after
+    lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
+    lp:p:batch:...                            the batch-run registry (``serving.store.runs`` documents it)
+
+A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set)
+per window (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one
+row of a view.
+
+A batch generation is loaded as rows: one hash field per row holding all its parts, many rows
+per HSET; a read is one HGET per row. Rankings (sorted sets) are what costs to load: a row's
+four sorted-set entries took 9x the Redis CPU of its one hash field (679k rows), and a
+fine-grained windowed view has far more (window, measure) rankings than anyone asks for. So
+each is built on first use by the top-N query that needs it (in pages beside it, then renamed
+into place, so Redis is never blocked for long) and kept while the generation is served.
+A row's distinct values are kept exactly while they are few, which most rows of a fine-grained
+view are, and counted exactly; above ``EXACT_DISTINCT_MAX`` they are a HyperLogLog. Realtime
+segments are small: a sorted set per scalar measure (kept up to date by each micro-batch, ready
+for top-N) and a HyperLogLog per row and distinct measure.
+A micro-batch becomes visible at once (see ``speed_layer.segments``): its Lua calls save each row's
+value before they first change it, under the micro-batch's end version, and the driver's one
+MULTI that sets ``processed`` commits them all.
+Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
+each is loaded beside what is served and dropped whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shared_logic.views import View
+
+#: The Lua twins of the ``Keys`` names that scripts build per row (a script cannot ask Python); every
+#: script that names a view's keys starts with this. ``vp`` is a generation's or segment's view
+#: prefix (``lp:p:g:{G}:{view}`` / ``lp:p:s:{B}:{view}``); ``sfx`` a window suffix; ``field`` a row.
+LUA_NAMES = """
+local function generation_meta(p, g) return p .. ':g:' .. g .. ':meta' end
+local function segment_meta(p, b) return p .. ':s:' .. b .. ':meta' end
+local function generation_view(p, g, view) return p .. ':g:' .. g .. ':' .. view end
+local function segment_view(p, b, view) return p .. ':s:' .. b .. ':' .. view end
+local function rows_key(vp, sfx) return vp .. ':r' .. sfx end
+local function scores_key(vp, measure, sfx) return vp .. ':z:' .. measure .. sfx end
+local function sketch_key(vp, measure, field) return vp .. ':d:' .. measure .. ':' .. field end
+local function undo_key(vp, measure, sfx) return vp .. ':u:' .. measure .. sfx end
+local function undo_tag_key(vp, measure, sfx) return vp .. ':t:' .. measure .. sfx end
+local function previous_key(vp, measure, field) return vp .. ':p:' .. measure .. ':' .. field end
+local function scratch_key(p) return p .. ':scratch' end
+"""
+
+#: The Lua twins of the batch-run registry's names; ``P`` is ``Keys.batch_prefix`` (``lp:p:batch``).
+LUA_RUN_NAMES = """
+local function run_key(P, id) return P .. ':run:' .. id end
+local function runs_key(P) return P .. ':runs' end
+local function queue_key(P) return P .. ':queue' end
+local function lease_key(P) return P .. ':lease' end
+local function active_key(P) return P .. ':active' end
+"""
+
+KEY_SEPARATOR = "|"
+WINDOW_SEPARATOR = "@"
+#: A batch row keeps its distinct values exactly up to this many; above it, as a HyperLogLog.
+EXACT_DISTINCT_MAX = 64
+
+
+def encode_key(key: Sequence[str] | str) -> str:
+    """A key as one string. Composite keys join their values with '|', each value's '\\' and '|'
+    escaped with '\\', so ("a|b", "c") and ("a", "b|c") stay apart; one-column keys are as they are."""
+    if isinstance(key, str):
+        return key
+    if len(key) == 1:
+        return key[0]
+    return KEY_SEPARATOR.join(v.replace("\\", "\\\\").replace(KEY_SEPARATOR, "\\" + KEY_SEPARATOR) for v in key)
+
+
+def suffix(window_start: int | None) -> str:
+    """The per-window suffix of sorted-set names and fields ('' for all-time views)."""
+    return "" if window_start is None else f"{WINDOW_SEPARATOR}{window_start}"
+
+
+def encode_field(key: Sequence[str] | str, window_start: int | None = None) -> str:
+    """The name of one view row: the key, then the window start for windowed views."""
+    return encode_key(key) + suffix(window_start)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names for one pipeline's views in Redis."""
+
+    pipeline: str
+    namespace: str = "lp"
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.namespace}:{self.pipeline}"
+
+    @property
+    def current(self) -> str:
+        return f"{self.prefix}:current"
+
+    @property
+    def generations(self) -> str:
+        return f"{self.prefix}:generations"
+
+    @property
+    def segments(self) -> str:
+        return f"{self.prefix}:segments"
+
+    @property
+    def epoch(self) -> str:
+        """Marker set once per Redis dataset: if it changes, Redis lost its data."""
+        return f"{self.prefix}:epoch"
+
+    @property
+    def speed(self) -> str:
+        return f"{self.prefix}:speed"
+
+    @property
+    def query_state_prefixes(self) -> tuple[str, ...]:
+        """Prefixes of everything a speed-layer query keeps: its segments, guards and plans (a fresh start drops them)."""
+        return f"{self.prefix}:s", f"{self.prefix}:guard", f"{self.prefix}:plan"
+
+    def guard(self, query: str) -> str:
+        return f"{self.prefix}:guard:{query}"
+
+    def plan(self, query: str) -> str:
+        """The current micro-batch's id and segment bases, kept so a replay reuses them."""
+        return f"{self.prefix}:plan:{query}"
+
+    def generation_prefix(self, generation: int) -> str:
+        return f"{self.prefix}:g:{generation}"
+
+    def segment_prefix(self, base: int) -> str:
+        return f"{self.prefix}:s:{base}"
+
+    def view_prefix(self, generation: int, view: str) -> str:
+        return f"{self.generation_prefix(generation)}:{view}"
+
+    def segment_view_prefix(self, base: int, view: str) -> str:
+        return f"{self.segment_prefix(base)}:{view}"
+
+    @property
+    def segment_metas(self) -> str:
+        """Pattern matching every segment's meta hash (for SCAN)."""
+        return f"{self.prefix}:s:*:meta"
+
+    @property
+    def scratch(self) -> str:
+        """Scratch HyperLogLog of readers' scripts (never persisted)."""
+        return f"{self.prefix}:scratch"
+
+    def meta(self, generation: int) -> str:
+        return f"{self.generation_prefix(generation)}:meta"
+
+    def segment_meta(self, base: int) -> str:
+        return f"{self.segment_prefix(base)}:meta"
+
+    def scores(self, generation: int, view: str, measure: str, window_start: int | None = None) -> str:
+        return f"{self.view_prefix(generation, view)}:z:{measure}{suffix(window_start)}"
+
+    def sketch(self, generation: int, view: str, measure: str, field: str) -> str:
+        return f"{self.view_prefix(generation, view)}:d:{measure}:{field}"
+
+    def segment_scores(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        return f"{self.segment_view_prefix(base, view)}:z:{measure}{suffix(window_start)}"
+
+    def segment_sketch(self, base: int, view: str, measure: str, field: str) -> str:
+        return f"{self.segment_view_prefix(base, view)}:d:{measure}:{field}"
+
+    def segment_undo(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        """Hash: key -> its value before the micro-batch named by ``segment_undo_tag`` first touched it."""
+        return f"{self.segment_view_prefix(base, view)}:u:{measure}{suffix(window_start)}"
+
+    def segment_undo_tag(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+        """The end version of the micro-batch whose undo values ``segment_undo`` holds."""
+        return f"{self.segment_view_prefix(base, view)}:t:{measure}{suffix(window_start)}"
+
+    def segment_previous(self, base: int, view: str, measure: str, field: str) -> str:
+        """A row's distinct-measure sketch as it was before the micro-batch in flight first touched it."""
+        return f"{self.segment_view_prefix(base, view)}:p:{measure}:{field}"
+
+    def rows(self, generation: int, view: str, window_start: int | None = None) -> str:
+        """Hash of a generation's rows (of one window): key -> JSON array of the parts, in ``row_parts`` order."""
+        return f"{self.view_prefix(generation, view)}:r{suffix(window_start)}"
+
+
+    # -- the batch-run registry (``serving.store.runs``); Lua twins in LUA_RUN_NAMES ---------------------
+    @property
+    def batch_prefix(self) -> str:
+        return f"{self.prefix}:batch"
+
+    def batch_run(self, run_id: str) -> str:
+        """Hash: one run's record."""
+        return f"{self.batch_prefix}:run:{run_id}"
+
+    @property
+    def batch_runs(self) -> str:
+        """Sorted set: run ids scored by the time each was asked for."""
+        return f"{self.batch_prefix}:runs"
+
+    @property
+    def batch_queue(self) -> str:
+        return f"{self.batch_prefix}:queue"
+
+    @property
+    def batch_lease(self) -> str:
+        return f"{self.batch_prefix}:lease"
+
+    @property
+    def batch_active(self) -> str:
+        return f"{self.batch_prefix}:active"
+
+    @property
+    def batch_schedulers(self) -> str:
+        return f"{self.batch_prefix}:schedulers"
+
+    def batch_scheduler(self, owner: str) -> str:
+        return f"{self.batch_prefix}:scheduler:{owner}"
+
+def row_parts(view: View) -> list[str]:
+    """The order of a batch row's parts in Redis: scalar measures, then distinct measures."""
+    return [m.name for m in (*view.scalar_measures, *view.distinct_measures)]

@@ -1,0 +1,157 @@
+"""The Lua side of the serving store's reads (``serving.api.view_reader``): each read is one atomic call.
+
+Key names come from ``serving.store.keys`` (``LUA_NAMES``). A read resolves the generation pointer
+first and reads only that generation and its realtime segment, as of the segment's committed
+``processed`` version.
+"""
+
+from __future__ import annotations
+
+from serving.store.keys import LUA_NAMES
+
+# Every read states the version it is exact at: the generation, or the realtime segment's
+# ``processed``. Values of a micro-batch not yet committed (undo tag above ``processed``) are
+# replaced by the values saved before it (``speed_layer.segments``): ``realtime(vp, m, sfx, key)``
+# is a row's committed score ('' = none), ``sketch(vp, m, sfx, key)`` its committed sketch (or nil).
+HEADER = LUA_NAMES + """
+local generation = redis.call('GET', KEYS[1])
+if not generation then return false end
+local p, view = ARGV[1], ARGV[2]
+local bp = generation_view(p, generation, view)
+local sp = segment_view(p, generation, view)
+local processed = redis.call('HGET', segment_meta(p, generation), 'processed') or ''
+local committed = tonumber(processed) or -1
+local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events')
+local function uncommitted(vp, measure, sfx)
+  return tonumber(redis.call('GET', undo_tag_key(vp, measure, sfx)) or '-1') > committed
+end
+local function realtime(vp, measure, sfx, key)
+  if uncommitted(vp, measure, sfx) then
+    local saved = redis.call('HGET', undo_key(vp, measure, sfx), key)
+    if saved then return saved end
+  end
+  return redis.call('ZSCORE', scores_key(vp, measure, sfx), key) or ''
+end
+local function sketch(vp, measure, sfx, key)
+  local field = key .. sfx
+  if uncommitted(vp, measure, sfx) then
+    local saved = redis.call('HGET', undo_key(vp, measure, sfx), key)
+    if saved == '1' then return previous_key(vp, measure, field) end
+    if saved then return nil end
+  end
+  local rk = sketch_key(vp, measure, field)
+  return redis.call('EXISTS', rk) == 1 and rk or nil
+end
+"""
+
+# ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
+# The batch part of a row is one hash field (a JSON array, parts in the generation's
+# ``measures:{view}`` order). A distinct measure's batch values are an exact list in it or, for
+# larger rows, a HyperLogLog; the realtime part is a HyperLogLog. Exact lists alone are counted
+# exactly; to merge with HyperLogLogs they are folded into a scratch sketch that is neither
+# persisted nor replicated.
+READ = HEADER + """
+local i = 3
+local nm = tonumber(ARGV[i]); local measures = {}
+for j = 1, nm do measures[j] = ARGV[i + j] end
+i = i + nm + 1
+local nd = tonumber(ARGV[i]); local distinct = {}
+for j = 1, nd do distinct[j] = ARGV[i + j] end
+i = i + nd + 1
+local ni = tonumber(ARGV[i])
+local layout = redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'
+local position = {}
+if nd > 0 then for pos, name in ipairs(cjson.decode(layout)) do position[name] = pos end end
+local scratch, quiet = scratch_key(p), false
+local function fold(members, sketches)
+  if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
+  redis.call('DEL', scratch)
+  for t = 1, #members, 1000 do redis.call('PFADD', scratch, unpack(members, t, math.min(t + 999, #members))) end
+  local n = redis.call('PFCOUNT', scratch, unpack(sketches))
+  redis.call('DEL', scratch)
+  return n
+end
+local rows, realtimes, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
+local uexact, usketch = {}, {}
+for j = 1, nd do uexact[j] = {}; usketch[j] = {} end
+for k = 1, ni do
+  local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
+  local row = redis.call('HGET', rows_key(bp, sfx), key)
+  local r, db, dr, dm = {}, {}, {}, {}
+  for j = 1, nm do r[j] = realtime(sp, measures[j], sfx, key) end
+  local parts = (nd > 0 and row) and cjson.decode(row) or {}
+  for j = 1, nd do
+    local rk = sketch(sp, distinct[j], sfx, key)
+    dr[j] = rk and redis.call('PFCOUNT', rk) or 0
+    if rk then table.insert(usketch[j], rk) end
+    local exact = parts[position[distinct[j]] or 0]
+    if type(exact) == 'table' then
+      db[j] = #exact
+      dm[j] = rk and fold(exact, {rk}) or #exact
+      for _, m in ipairs(exact) do uexact[j][m] = true end
+    else
+      local bk = sketch_key(bp, distinct[j], key .. sfx)
+      db[j] = redis.call('PFCOUNT', bk)
+      dm[j] = rk and redis.call('PFCOUNT', bk, rk) or db[j]
+      if db[j] > 0 then table.insert(usketch[j], bk) end
+    end
+  end
+  rows[k], realtimes[k], dbatch[k], drealtime[k], dmerged[k] = row or '', r, db, dr, dm
+end
+local total = {}
+for j = 1, nd do
+  if ni == 1 then total[j] = dmerged[1][j]
+  else
+    local members = {}
+    for m in pairs(uexact[j]) do members[#members + 1] = m end
+    if #usketch[j] == 0 then total[j] = #members else total[j] = fold(members, usketch[j]) end
+  end
+end
+return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime, dmerged, total}
+"""
+
+# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact
+# top n: every key of the realtime segment (R of them) and the batch's top n + R (+ ties): only
+# realtime keys can change.
+# The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
+# {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
+TOP = HEADER + """
+local measure, sfx, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local bz, rz = scores_key(bp, measure, sfx), scores_key(sp, measure, sfx)
+if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
+  return {generation, 'unranked', redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'}
+end
+local realtime = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
+if uncommitted(sp, measure, sfx) then
+  local undo, saved, kept = redis.call('HGETALL', undo_key(sp, measure, sfx)), {}, {}
+  for t = 1, #undo, 2 do saved[undo[t]] = undo[t + 1] end
+  for t = 1, #realtime, 2 do
+    local score = saved[realtime[t]] or realtime[t + 1]
+    if score ~= '' then kept[#kept + 1] = realtime[t]; kept[#kept + 1] = score end
+  end
+  realtime = kept
+end
+local want = n + #realtime / 2
+local top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
+if #top / 2 == want and want > 0 then
+  local last = top[#top]
+  local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
+  for t = 1, #ties do top[#top + 1] = ties[t] end
+end
+local under = {}
+for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
+return {generation, processed, meta, top, realtime, under}
+"""
+
+# KEYS: the ranking's temporary key, the ranking, the generation pointer; ARGV: the generation.
+# Installs it unless another request already did, or the generation is no longer served (a drop
+# may have run mid-build: installing then would leave a ranking no drop will find).
+INSTALL_RANKING = """
+if redis.call('GET', KEYS[3]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('RENAME', KEYS[1], KEYS[2])
+return 1
+"""
