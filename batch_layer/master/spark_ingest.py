@@ -60,7 +60,7 @@ def ingest_json_lines(spark: SparkSession, uri: str, file: Path, schema: EventSc
     output = pa.schema([*master, *_NOTES])
     validate = functools.partial(_validate, model=schema.model, event_time_field=schema.event_time_field,
                                  source=str(file), now=datetime.now(timezone.utc), output=output)
-    lines = session.read.format("text").load(str(file)).select(
+    lines = session.read.format("text").load(str(file.resolve())).select(
         F.col("value").cast("binary").alias("raw"), F.input_file_block_start().alias("block"))
     validated = lines.mapInArrow(validate, from_arrow_schema(output)).persist(StorageLevel.MEMORY_AND_DISK)
     try:
