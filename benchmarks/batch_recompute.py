@@ -53,8 +53,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+import numpy as np
+import pyarrow as pa
 
 TARGET_A_OVER_B = 1.15
 DAY_US = 86_400 * 1_000_000
@@ -107,9 +107,10 @@ def instrument(spark: Any) -> None:
     """Time the pieces run_batch and the variants call (module attributes looked up at call time)."""
     from pyspark.sql.readwriter import DataFrameWriter
 
-    from batch_layer.recompute import job as recompute, publish
-    from batch_layer.master.delta_rs import DeltaRsEngine
     from batch_layer.master.dataset import MasterDataset
+    from batch_layer.master.delta_rs import DeltaRsEngine
+    from batch_layer.recompute import job as recompute
+    from batch_layer.recompute import publish
 
     STEPS.wrap(MasterDataset, "append_barrier", "1 barrier append (delta-rs commit)")
     STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
@@ -219,9 +220,9 @@ def variant_b(spark: Any, settings: Any, out_dir: Path) -> dict[str, Any]:
 
 def variant_c(spark: Any, settings: Any, pipeline: Any) -> dict[str, Any]:
     """run_batch minus Redis: barrier, snapshot, transform, aggregate + gold per view, event count."""
-    from batch_layer.recompute import job as recompute
     from batch_layer.master.dataset import MasterDataset
     from batch_layer.master.engines import get_engine
+    from batch_layer.recompute import job as recompute
 
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_path, pipeline, engine)
@@ -492,7 +493,9 @@ def report(args: argparse.Namespace, spark: Any, settings: Any, events: int, fil
         runs = " ".join(f"{s:.2f}" for s in v.seconds)
         print(f"{v.title:<60}{med[v.key]:>10.2f}{events / med[v.key]:>13,.0f}{cpu[v.key]:>9.1f}   {runs}")
     verdict = "MET" if a_b <= TARGET_A_OVER_B else "NOT MET"
-    cpu_ratio = (lambda k: f"{cpu[k] / cpu['B']:.2f}" if cpu["B"] else "n/a")
+    def cpu_ratio(k: str) -> str:
+        return f"{cpu[k] / cpu['B']:.2f}" if cpu["B"] else "n/a"
+
     print(f"A/B = {a_b:.2f}   (target A/B <= {TARGET_A_OVER_B}: {verdict}; by CPU seconds: {cpu_ratio('A')})")
     print(f"C/B = {c_b:.2f}   (framework overhead on the Spark work, Redis excluded; by CPU seconds: {cpu_ratio('C')})")
     print(f"A-C = {med['A'] - med['C']:.2f}s  (Redis publishing: load_view x {len(results['A']['rows'])}, "

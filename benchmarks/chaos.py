@@ -40,8 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chaos.faults import FAULT_KINDS, FaultPlan  # noqa: E402
-from tests.chaos.harness import ChaosConfig, run_chaos  # noqa: E402
+from tests.chaos.faults import FAULT_KINDS, FaultPlan
+from tests.chaos.harness import ChaosConfig, run_chaos
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -40,10 +40,10 @@ from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_layer.master.dataset import MasterDataset  # noqa: E402
-from batch_layer.master.engines import get_engine  # noqa: E402
-from deploy.samples import sample_events  # noqa: E402
-from shared_logic.registry import load_pipeline  # noqa: E402
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
+from deploy.samples import sample_events
+from shared_logic.registry import load_pipeline
 
 TABLES = ("fresh", "demo", "compacted")
 

@@ -56,10 +56,10 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_layer.master.engines import get_engine  # noqa: E402
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis  # noqa: E402
-from deploy.settings import load_settings  # noqa: E402
-from shared_logic.registry import load_pipeline  # noqa: E402
+from batch_layer.master.engines import get_engine
+from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.settings import load_settings
+from shared_logic.registry import load_pipeline
 
 API_KEY = "benchkey"
 PIPELINE = "payments"
@@ -259,7 +259,7 @@ def main() -> None:
                 requests = [http_request(port, b) for b in bodies]
                 machine.wait_quiet(args.quiet_cores, args.quiet_timeout)
                 phase = measure(machine, f"A 1 event   x{c} conn", len(requests), len(requests), settings.master_path,
-                                lambda: asyncio.run(_drive(port, requests, c)), server=True)
+                                lambda r=requests, c=c: asyncio.run(_drive(port, r, c)), server=True)
                 acked += 0 if phase.failures else phase.events
                 record(phase, rnd)
             for c in batch_clients:
@@ -271,12 +271,12 @@ def main() -> None:
                 n = args.batches * args.batch_size
                 machine.wait_quiet(args.quiet_cores, args.quiet_timeout)
                 phase = measure(machine, f"B {args.batch_size} events x{c} conn", len(requests), n,
-                                settings.master_path, lambda: asyncio.run(_drive(port, requests, c)), server=True)
+                                settings.master_path, lambda r=requests, c=c: asyncio.run(_drive(port, r, c)), server=True)
                 acked += 0 if phase.failures else phase.events
                 record(phase, rnd)
                 machine.wait_quiet(args.quiet_cores, args.quiet_timeout)
                 record(measure(machine, f"C raw delta-rs (B x{c})", len(tables), n, raw_path,
-                               lambda: raw_appends(raw_path, tables), server=False), rnd)
+                               lambda t=tables: raw_appends(raw_path, t), server=False), rnd)
 
         print("\nmedians over rounds:")
         for name, ps in phases.items():

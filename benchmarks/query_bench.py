@@ -97,7 +97,7 @@ HOST = "127.0.0.1"
 # --------------------------------------------------------------------------- B: the bare app
 
 
-def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str = VIEW):  # noqa: ANN201 - FastAPI
+def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str = VIEW):
     """A bare FastAPI app: ``GET /bare/{key}`` = one HGET of the key's row in the served generation.
 
     The generation pointer is read once at startup (the bare endpoint does one Redis read per
@@ -112,7 +112,7 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
     state: dict[str, Any] = {}
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI):  # noqa: ANN202
+    async def lifespan(_: FastAPI):
         client, keys = async_redis_client(url), Keys(pipeline)
         generation = await client.get(keys.current)
         if generation is None:
@@ -553,7 +553,7 @@ def _ms(summary: dict[str, float], *names: str) -> str:
 
 
 @asynccontextmanager
-async def _lifespan(app: Any):  # noqa: ANN202
+async def _lifespan(app: Any):
     """Drive the ASGI lifespan protocol (startup before, shutdown after)."""
     inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
     started, stopped = asyncio.Event(), asyncio.Event()
@@ -952,11 +952,11 @@ def bench(args: argparse.Namespace) -> None:
                     answer = http.get(f"http://{HOST}:{port}{paths[target][0]}")
                     if answer.status_code != 200 or answer.json()["value"]["count"] != counts[keys[0]]:
                         raise SystemExit(f"the what-if server answers wrong: {answer.status_code} {answer.text[:300]}")
-            print(f"\n3. where A's time goes. What-ifs over HTTP: A's server with its app changed in memory only "
-                  f"(product files untouched), `--serve-what-if`: A' = A's route with serving.api.deps.get_store/"
-                  f"get_pipeline made async (FastAPI runs sync dependencies in its thread pool); A'' = A's answer "
-                  f"(queries.key_answer + KeyAnswer JSON) on a plain Starlette Route in the same app (metrics "
-                  f"middleware kept; no FastAPI params/deps/auth). Closed loop as in 1, one run each, then B again.")
+            print("\n3. where A's time goes. What-ifs over HTTP: A's server with its app changed in memory only "
+                  "(product files untouched), `--serve-what-if`: A' = A's route with serving.api.deps.get_store/"
+                  "get_pipeline made async (FastAPI runs sync dependencies in its thread pool); A'' = A's answer "
+                  "(queries.key_answer + KeyAnswer JSON) on a plain Starlette Route in the same app (metrics "
+                  "middleware kept; no FastAPI params/deps/auth). Closed loop as in 1, one run each, then B again.")
             for target in whatifs:
                 measure(machine, servers["A what-if"].pid, target, spec(target, "closed", args.connections, args.warmup))
             what: dict[str, Run] = {}

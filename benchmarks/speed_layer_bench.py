@@ -35,13 +35,13 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_layer.master.dataset import MasterDataset  # noqa: E402
-from batch_layer.recompute.job import run_batch  # noqa: E402
-from batch_layer.master.engines import get_engine  # noqa: E402
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis  # noqa: E402
-from deploy.settings import load_settings  # noqa: E402
-from serving.store.keys import Keys  # noqa: E402
-from shared_logic import load_pipeline  # noqa: E402
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.engines import get_engine
+from batch_layer.recompute.job import run_batch
+from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.settings import load_settings
+from serving.store.keys import Keys
+from shared_logic import load_pipeline
 
 
 def _free_port() -> int:
@@ -101,7 +101,7 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
         stop_embedded_redis(settings.redis_dir)
 
 
-def _wait(ready, what: str, timeout: float = 60) -> None:  # noqa: ANN001
+def _wait(ready, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -114,7 +114,7 @@ def _wait(ready, what: str, timeout: float = 60) -> None:  # noqa: ANN001
         time.sleep(0.2)
 
 
-def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:  # noqa: ANN001
+def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:
     users = rng.integers(0, users, n)
     merchants = rng.integers(0, 200, n)
     seconds = rng.integers(0, 24 * 3600, n)

@@ -27,10 +27,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
-from deploy.signals import stop_on_signals
 from deploy.console import configure_logging, console, out, progress
 from deploy.errors import DeployError
 from deploy.settings import Settings, load_settings, private_dir, with_api_keys
+from deploy.signals import stop_on_signals
 from shared_logic.errors import SharedLogicError
 
 log = logging.getLogger("lambda_platform")
@@ -286,7 +286,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted")
         return 130
-    except Exception as e:  # noqa: BLE001 - report it; the traceback when asked for (or in a service's log)
+    except Exception as e:
         if args.verbose or not one_shot:
             log.exception("%s failed", command)
         hint = " (-v shows the traceback)" if one_shot and not args.verbose else ""

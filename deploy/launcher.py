@@ -24,13 +24,13 @@ from pathlib import Path
 from rich.console import Console
 
 from batch_layer.master.dataset import MasterDataset, dump_jsonl
-from serving.store.connection import redis_client
-from serving.store.generations import served_generation
-from deploy.signals import stop_on_signals
 from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, wait_for_redis
 from deploy.samples import SAMPLES, sample_events
 from deploy.settings import Settings, private_dir, with_api_keys
+from deploy.signals import stop_on_signals
 from deploy.supervisor import Child, Supervisor
+from serving.store.connection import redis_client
+from serving.store.generations import served_generation
 from serving.store.keys import Keys
 from shared_logic.registry import load_pipeline
 

@@ -7,10 +7,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-_WORDS = (
-    "the quick brown fox jumps over the lazy dog lambda speed batch serving view version "
-    "barrier monoid delta redis spark stream exact merge"
-).split()
+_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "lambda", "speed", "batch", "serving", "view", "version", "barrier", "monoid", "delta", "redis", "spark", "stream", "exact", "merge"]
 _MERCHANTS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "tyrell")
 
 

@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from serving.store.generations import served_generation
 from batch_layer.errors import EmptyMasterError, RunInProgressError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
-from serving.store.runs import BatchRun, RunRegistry, RunTrigger, owner_id
 from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
+from serving.store.generations import served_generation
 from serving.store.keys import Keys
+from serving.store.runs import BatchRun, RunRegistry, RunTrigger, owner_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -107,7 +107,7 @@ class BatchScheduler:
         log.debug("batch run %s (%s%s) claimed by %s", run.id, run.trigger, ", forced" if run.force else "", self.owner)
         try:
             outcome = self._recompute(run)
-        except Exception as e:  # noqa: BLE001 - every failure is recorded on the run
+        except Exception as e:
             log.exception("batch run %s failed", run.id)
             outcome = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
         finally:

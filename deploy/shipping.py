@@ -201,7 +201,7 @@ def check_local_python(python: str) -> None:
                     "layer also starts it here (Spark plans its Python streaming source on the driver); unpack the "
                     "same environment here too (see README, Running on a cluster)", python)
         return
-    check_versions("%d.%d" % sys.version_info[:2], python_version(local), python)
+    check_versions("{}.{}".format(*sys.version_info[:2]), python_version(local), python)
 
 
 def check_executors(spark: SparkSession, modules: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
@@ -217,7 +217,7 @@ def check_executors(spark: SparkSession, modules: tuple[str, ...] = ()) -> list[
     tasks = max(2, sc.defaultParallelism)
     try:
         reports = sc.parallelize(range(tasks), tasks).map(_probe(wanted)).collect()
-    except Exception as e:  # noqa: BLE001 - translated into a message naming the setting
+    except Exception as e:
         raise _explain(str(e), python) from e
     ours = (*PROJECT_PACKAGES, *modules)
     missing = sorted({(host, m) for host, _, _, lacking in reports for m in lacking})
@@ -239,7 +239,7 @@ def check_executors(spark: SparkSession, modules: tuple[str, ...] = ()) -> list[
 
 def _explain(text: str, python: str) -> ShippingError:
     """What a failed start-up check means, as an error naming the setting to fix."""
-    driver = "%d.%d" % sys.version_info[:2]
+    driver = "{}.{}".format(*sys.version_info[:2])
     mismatch = re.search(r"different version:? (\d+\.\d+)\S* than that in driver:? (\d+\.\d+)", text)
     if mismatch:
         try:
@@ -262,7 +262,7 @@ def _explain(text: str, python: str) -> ShippingError:
     return ExecutorEnvironmentError(f"the executors failed the start-up check: {cause}")
 
 
-def _probe(modules: tuple[str, ...]):  # noqa: ANN202 - a closure, pickled by value (needs nothing of ours)
+def _probe(modules: tuple[str, ...]):
     def probe(_: int) -> tuple[str, str, str, list[str]]:
         import importlib as _importlib
         import socket
@@ -274,6 +274,6 @@ def _probe(modules: tuple[str, ...]):  # noqa: ANN202 - a closure, pickled by va
                 _importlib.import_module(name)
             except ImportError as e:
                 lacking.append(f"{name} ({e})")
-        return socket.gethostname(), "%d.%d.%d" % _sys.version_info[:3], _sys.executable, lacking
+        return socket.gethostname(), "{}.{}.{}".format(*_sys.version_info[:3]), _sys.executable, lacking
 
     return probe

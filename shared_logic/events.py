@@ -125,7 +125,7 @@ class EventSchema:
             try:
                 models.append(self._one.validate_json(text, strict=True))
             except ValidationError as e:
-                problems.extend(_problem(err, lambda _: f"line {number}") for err in e.errors())
+                problems.extend(_problem(err, lambda _, n=number: f"line {n}") for err in e.errors())
         if problems:
             raise EventValidationError(problems, source)
         return self._to_table(models, now)
@@ -159,7 +159,7 @@ def _fitting_columns(model: type[BaseModel], fields: dict[str, tuple[type, bool]
     return create_model(model.__name__, __base__=model, __module__=model.__module__, __validators__=validators)
 
 
-def _fit_time(cls: type, value: datetime | None) -> datetime | None:  # noqa: ARG001 - a validator's signature
+def _fit_time(cls: type, value: datetime | None) -> datetime | None:
     if value is None:
         return None
     utc = as_utc(value)
@@ -171,7 +171,7 @@ def _fit_time(cls: type, value: datetime | None) -> datetime | None:  # noqa: AR
     return utc
 
 
-def _fit_int(cls: type, value: int | None) -> int | None:  # noqa: ARG001 - a validator's signature
+def _fit_int(cls: type, value: int | None) -> int | None:
     if value is not None and not INT_MIN <= value <= INT_MAX:
         raise PydanticCustomError("int_range", "{value} is outside the 64-bit integer range {min} to {max}",
                                   {"value": value, "min": INT_MIN, "max": INT_MAX})

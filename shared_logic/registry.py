@@ -18,7 +18,7 @@ import sys
 import sysconfig
 import traceback
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
@@ -32,7 +32,7 @@ BUILTIN_PIPELINES: dict[str, str] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_pipeline(name: str) -> Pipeline:
     """The pipeline called ``name`` (a built-in) or exposed as ``pipeline`` by the module ``name``.
 
@@ -89,7 +89,7 @@ def _import(module_path: str, folder: Path) -> ModuleType:
         if e.name is not None and (module_path == e.name or module_path.startswith(e.name + ".")):
             raise UnknownPipelineError(module_path, list(BUILTIN_PIPELINES), search_path(folder)) from None
         raise _module_error(module_path, e) from e
-    except Exception as e:  # noqa: BLE001 - any failure at import time is the module's; report where
+    except Exception as e:
         raise _module_error(module_path, e) from e
 
 

@@ -209,8 +209,8 @@ class SpeedLayer:
             if high is not None:
                 interval = interval & (F.col(VERSION_COLUMN) <= high)
             rows = self.pipeline.transform(events.where(interval).drop(VERSION_COLUMN))
-            for view in self.pipeline.views:
-                encoded.append(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width))
+            encoded.extend(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width)
+                           for view in self.pipeline.views)
         spec = WriteSpec(
             self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, last, tuple(bases),
             {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk,

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from speed_layer.config import SpeedConfig
     from shared_logic.pipeline import Pipeline
+    from speed_layer.config import SpeedConfig
 
 log = logging.getLogger(__name__)
 

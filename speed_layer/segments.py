@@ -49,8 +49,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from batch_layer.faults import fault_point
-from serving.store.connection import redis_client
 from serving.store.columns import key_column, window_column
+from serving.store.connection import redis_client
 from serving.store.keys import LUA_NAMES, WINDOW_SEPARATOR, Keys
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
@@ -336,7 +336,7 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     stop=stop_after_delay(120),
     reraise=True,
 )
-def _apply_chunk(apply, keys: Keys, spec: WriteSpec, args: list, guard: str) -> None:  # noqa: ANN001
+def _apply_chunk(apply, keys: Keys, spec: WriteSpec, args: list, guard: str) -> None:
     """One atomic, guarded call. Retried on connection faults: if a reply was lost, the guard skips the repeat."""
     args[2] = guard
     result = apply(keys=[keys.current, keys.guard(spec.query), keys.epoch], args=args)

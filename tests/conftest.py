@@ -103,7 +103,7 @@ def storage_engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - SparkSession, imported lazily
+def spark(tmp_path_factory: pytest.TempPathFactory):
     """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
     cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
     from deploy.spark import build_spark

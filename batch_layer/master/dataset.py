@@ -164,7 +164,7 @@ class MasterDataset:
             for chunk in _numbered_lines(file):
                 try:
                     table = self.pipeline.schema.validate_json_lines(chunk, source=str(file))
-                except EventValidationError as e:  # noqa: PERF203 - keep collecting every problem
+                except EventValidationError as e:
                     problems.extend(e.problems)
                     continue
                 if not problems:

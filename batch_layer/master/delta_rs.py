@@ -16,8 +16,8 @@ from deltalake.transaction import AddAction, CommitProperties, Transaction
 from pyspark.sql.pandas.types import from_arrow_schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from batch_layer.master.delta_log import read_commit
 from batch_layer.errors import StorageError
+from batch_layer.master.delta_log import read_commit
 from batch_layer.master.storage import CommitConflictError, CommittedTransaction, CompactionResult
 
 if TYPE_CHECKING:

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from batch_layer.master.delta_rs import DeltaRsEngine
 from batch_layer.errors import StorageError
+from batch_layer.master.delta_rs import DeltaRsEngine
 from batch_layer.master.spark_ingest import committed_version
 from batch_layer.master.storage import CommitConflictError, CompactionResult, GenerationCommit
 
@@ -90,7 +90,7 @@ def running_spark() -> SparkSession | None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is None:  # noqa: SLF001 - the only way to ask without starting a JVM
+    if SparkContext._active_spark_context is None:
         return None
     return SparkSession.active()
 

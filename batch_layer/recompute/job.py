@@ -19,14 +19,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from batch_layer.recompute import publish
-from serving.store.connection import redis_client
-from serving.store.generations import ensure_epoch
 from batch_layer.faults import fault_point
-from batch_layer.recompute.gold import write_generation
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
+from batch_layer.recompute import publish
+from batch_layer.recompute.gold import write_generation
 from serving.store.columns import integral_parts
+from serving.store.connection import redis_client
+from serving.store.generations import ensure_epoch
 from serving.store.keys import Keys, row_parts
 from shared_logic.pipeline import Pipeline
 

@@ -20,9 +20,9 @@ import pyarrow as pa
 import redis
 
 from batch_layer.errors import PublishError
+from serving.store.columns import key_column, window_column
 from serving.store.connection import redis_client
 from serving.store.generations import delete_prefix, served_generation
-from serving.store.columns import key_column, window_column
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys, encode_field, row_parts
 from shared_logic.views import WINDOW_START, View
 

@@ -14,7 +14,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from serving.store.runs import RunRegistry
 from serving.api.auth import require
 from serving.api.docs import install_docs
 from serving.api.errors import ServingError
@@ -24,6 +23,7 @@ from serving.api.models import error_responses
 from serving.api.openapi import document_server
 from serving.api.routes import batch, events, health, views
 from serving.api.view_reader import ServingStore
+from serving.store.runs import RunRegistry
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.registry import load_pipeline
 

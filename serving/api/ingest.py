@@ -427,7 +427,7 @@ class Ingestor:
     async def _commit(self, batch: list[_Pending]) -> None:
         try:
             outcomes = await asyncio.to_thread(self._commit_sync, batch)
-        except Exception as e:  # noqa: BLE001 - every waiting request gets an answer
+        except Exception as e:
             log.exception("ingest commit failed")
             outcomes = [_unavailable(e)] * len(batch)
         except BaseException:  # cancelled (event loop closing): still answer every waiting request
@@ -483,7 +483,7 @@ class Ingestor:
                 appender.refresh()  # another process committed one of these keys: replay those
                 indices = todo
                 continue
-            except Exception as e:  # noqa: BLE001 - decide from the log whether it landed
+            except Exception as e:
                 version = self._landed(appender, expected)
                 if version is None:
                     log.exception("ingest commit of %d request(s) failed", len(todo))
@@ -524,7 +524,7 @@ class Ingestor:
             if appender.transaction_version(self.server_txn) != expected:
                 return None
             found = appender.find_transaction(self.server_txn)
-        except Exception:  # noqa: BLE001 - cannot tell: treat as not landed, the caller reports it
+        except Exception:
             log.exception("cannot read the master dataset's log after a failed commit")
             return None
         return found.version if found is not None else None

@@ -36,8 +36,8 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from serving.store.runs import BatchRun, RunRegistry
 from serving.store.heartbeat import SpeedHeartbeat
+from serving.store.runs import BatchRun, RunRegistry
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Snapshot:
 
 def _client(store: Any) -> Any:
     """The store's async Redis client (public ``client`` if the store grows one)."""
-    return getattr(store, "client", None) or store._client  # noqa: SLF001
+    return getattr(store, "client", None) or store._client
 
 
 class PlatformCollector(Collector):
@@ -204,7 +204,7 @@ class PlatformCollector(Collector):
                 clock.freshness(processed, snapshot.generation),
                 SCRAPE_TIMEOUT,
             )
-        except Exception as e:  # noqa: BLE001 - an unreadable or slow Delta log leaves the lag unknown
+        except Exception as e:
             log.debug("metrics scrape: master dataset unreadable: %s", e)
             return
         snapshot.latest_version = fresh.latest_version

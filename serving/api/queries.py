@@ -17,8 +17,8 @@ from redis.exceptions import RedisError
 
 from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
 from serving.api.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
-from serving.api.view_reader import Generation, KeyRead, ServingStore
 from serving.api.times import at, epoch_seconds
+from serving.api.view_reader import Generation, KeyRead, ServingStore
 from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
 from shared_logic.measures import Count, Measure
 from shared_logic.views import View

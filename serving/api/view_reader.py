@@ -163,7 +163,7 @@ class ServingStore:
             raise self._unavailable(e) from e
         return SpeedHeartbeat.from_hash(status)
 
-    async def _call(self, script, args: list) -> list:  # noqa: ANN001 - redis Script object
+    async def _call(self, script, args: list) -> list:
         try:
             reply = await script(keys=[self.keys.current], args=args)
         except (RedisError, OSError) as e:

@@ -114,7 +114,7 @@ class BatchRun:
 
     @classmethod
     def from_hash(cls, values: Mapping[str, str]) -> BatchRun:
-        def num(name: str, kind: type = float):  # noqa: ANN202
+        def num(name: str, kind: type = float):
             value = values.get(name)
             return None if value in (None, "") else kind(value)
 

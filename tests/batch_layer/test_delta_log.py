@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.delta_log import (
     DeltaLogError,
     LogHead,
@@ -24,7 +25,6 @@ from batch_layer.master.delta_log import (
     parse_actions,
     read_commit,
 )
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.master.storage import Appender
 from shared_logic import load_pipeline

@@ -23,9 +23,9 @@ import pytest
 from deltalake import DeltaTable
 
 from batch_layer.errors import IngestError
-from batch_layer.recompute.gold import write_generation
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine, vacuum
+from batch_layer.recompute.gold import write_generation
 from shared_logic import load_pipeline
 from shared_logic.errors import EventValidationError
 from speed_layer.input import master_changes
@@ -42,11 +42,11 @@ def _master(path: Path, engine: str) -> MasterDataset:
     return MasterDataset(path, PIPELINE, get_engine(engine))
 
 
-def _keys(rows) -> Counter:  # noqa: ANN001 - Spark rows or dicts
+def _keys(rows) -> Counter:
     return Counter((r["user_id"], r["merchant"], r["amount"]) for r in rows)
 
 
-def _streamed(spark, master: MasterDataset, settings, starting: int = 0) -> list[dict[str, object]]:  # noqa: ANN001
+def _streamed(spark, master: MasterDataset, settings, starting: int = 0) -> list[dict[str, object]]:
     """Every row the speed layer's input yields for ``master`` (its engine's source), read to the end."""
     name = f"changes_{uuid.uuid4().hex[:8]}"
     query = (master_changes(spark, master, settings, starting=starting).writeStream.format("memory")
@@ -107,7 +107,7 @@ def test_concurrent_appends_from_both_engines_lose_nothing(spark, tmp_path: Path
             for i in range(appends):
                 tag = f"{engine}-{n}-{i}"
                 committed.append((tag, master.append(PIPELINE.schema.validate(_events(tag, 2)))))
-        except BaseException as e:  # noqa: BLE001 - surfaced below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=writer, args=p) for p in plan]
@@ -135,7 +135,7 @@ def test_gold_generations_are_shared_and_never_repeated_across_engines(spark, tm
     first = [("a", 1), ("b", 2)]
     second = [("a", 5), ("c", 7), ("d", 9)]
 
-    def frame(rows: list[tuple[str, int]]):  # noqa: ANN202
+    def frame(rows: list[tuple[str, int]]):
         return spark.createDataFrame(rows, "key string, count long")
 
     def content(version: int | None = None) -> list[tuple[str, int]]:

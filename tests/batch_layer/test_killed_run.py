@@ -20,8 +20,8 @@ import redis
 from batch_layer.errors import PublishError
 from batch_layer.faults import injected
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.recompute.job import run_batch
 from batch_layer.master.engines import get_engine
+from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
 

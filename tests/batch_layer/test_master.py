@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.master import dataset as master_module
 from batch_layer.errors import IngestError
+from batch_layer.master import dataset as master_module
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from shared_logic import EventValidationError, load_pipeline

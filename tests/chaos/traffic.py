@@ -69,7 +69,7 @@ class Writer(threading.Thread):
                     pause = len(request.events) / self.rate - (time.monotonic() - began)
                     if pause > 0:
                         self.stop.wait(pause)
-        except BaseException as e:  # noqa: BLE001 - surfaced by the harness
+        except BaseException as e:
             self.error = e
 
     def _next_request(self) -> IngestRequest:
@@ -141,7 +141,7 @@ class Reader(threading.Thread):
                         self._key(http, word)
                     self._top(http)
                     self.stop.wait(self.interval)
-        except BaseException as e:  # noqa: BLE001 - surfaced by the harness
+        except BaseException as e:
             self.error = e
 
     def _get(self, http: httpx.Client, path: str, **params: object) -> httpx.Response | None:

@@ -49,7 +49,7 @@ def bare_python(folder: Path) -> Path:
 
 
 def get_json(url: str, timeout: float = 30) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.load(response)
 
 

@@ -110,7 +110,7 @@ def test_status_of_a_platform_that_is_down_lists_every_part_and_exits_1(tmp_path
     assert not (tmp_path / "data").exists(), "status must not create anything"
 
 
-def test_status_does_not_mix_pipelines(api: Callable, make_settings: Callable, redis_url: str) -> None:  # noqa: ANN001
+def test_status_does_not_mix_pipelines(api: Callable, make_settings: Callable, redis_url: str) -> None:
     with api(pipeline="payments") as server:
         settings = make_settings(pipeline="wordcount", http_port=server.port)
         status = platform_status(settings)

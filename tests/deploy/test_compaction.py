@@ -42,7 +42,7 @@ def active_files(settings: Settings) -> int:
     return len(DeltaTable(str(settings.master_path)).file_uris())
 
 
-def test_compaction_changes_no_answer_and_is_not_a_change(spark, make_settings, api) -> None:  # noqa: ANN001
+def test_compaction_changes_no_answer_and_is_not_a_change(spark, make_settings, api) -> None:
     settings = make_settings(master_compact_every="off", master_compact_commits=1)
     pipeline = load_pipeline(settings.pipeline)
     one_commit_per_event(settings, WORDS[:1])
@@ -83,7 +83,7 @@ def test_compaction_changes_no_answer_and_is_not_a_change(spark, make_settings, 
         assert assert_exact(server.base_url, settings, latest) >= 8
 
 
-def test_compaction_is_due_after_k_commits_or_n_minutes_with_new_commits(tmp_path: Path, make_settings) -> None:  # noqa: ANN001
+def test_compaction_is_due_after_k_commits_or_n_minutes_with_new_commits(tmp_path: Path, make_settings) -> None:
     settings = make_settings()
     now = [1000.0]
     master = master_of(settings)

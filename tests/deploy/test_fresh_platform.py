@@ -12,7 +12,7 @@ from shared_logic.registry import load_pipeline
 from tests.deploy.test_scheduler import ingest, registry, runs_with, scheduler_thread, served_generation, wait_for
 
 
-def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spark, make_settings) -> None:  # noqa: ANN001
+def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1h")
     pipeline = load_pipeline(settings.pipeline)
     MasterDataset.open(settings, pipeline).ensure()  # what `up` does

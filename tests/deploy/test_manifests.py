@@ -157,7 +157,7 @@ def test_kubernetes_containers_run_real_commands_with_real_settings(monkeypatch:
                     assert "valueFrom" in item, where
                     continue
                 # Kubernetes expands $(NAME) of variables defined earlier in the list.
-                env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: pod_env[m.group(1)], value)
+                env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m, known=pod_env: known[m.group(1)], value)
             _check_settings(env, where, monkeypatch)
     assert roles["lambda-api"][:2] == ["lambda-platform", "serve"]
     assert roles["lambda-speed"] == ["lambda-platform", "speed", "run"]

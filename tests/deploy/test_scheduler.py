@@ -32,13 +32,13 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.errors import RunInProgressError
+from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
-from serving.store.runs import BatchRun, RunConflictError, RunRegistry
 from deploy.errors import ConfigError
 from deploy.scheduler import parse_schedule, run_now, run_scheduler
 from deploy.settings import Settings
+from serving.store.runs import BatchRun, RunConflictError, RunRegistry
 from shared_logic.registry import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler") ->
     def run() -> None:
         try:
             run_scheduler(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
-        except BaseException as e:  # noqa: BLE001 - surfaced below
+        except BaseException as e:
             errors.append(e)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
@@ -108,7 +108,7 @@ def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
 
 # --- interval schedule: run when changed, skip when not ---------------------------------------------
 
-def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spark, make_settings) -> None:  # noqa: ANN001
+def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
     texts = ["the cat sat", "the dog", "a cat"]
     version = ingest(settings, texts)
@@ -141,7 +141,7 @@ def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spa
 
 # --- single flight between two schedulers -----------------------------------------------------------
 
-def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) -> None:  # noqa: ANN001
+def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
     ingest(settings, ["one two", "two three"])
     runs = registry(settings)
@@ -182,7 +182,7 @@ time.sleep(600)
 
 
 @pytest.mark.slow  # a subprocess killed with SIGKILL
-def test_killed_scheduler_frees_the_lock_and_its_run_reads_as_interrupted(make_settings) -> None:  # noqa: ANN001
+def test_killed_scheduler_frees_the_lock_and_its_run_reads_as_interrupted(make_settings) -> None:
     settings = make_settings()
     runs = registry(settings)
     queued = runs.enqueue(trigger="api")
@@ -214,7 +214,7 @@ def test_killed_scheduler_frees_the_lock_and_its_run_reads_as_interrupted(make_s
 
 # --- a failing run is recorded ------------------------------------------------------------------------
 
-def test_a_failing_run_is_recorded_as_failed_with_its_error(spark, make_settings) -> None:  # noqa: ANN001
+def test_a_failing_run_is_recorded_as_failed_with_its_error(spark, make_settings) -> None:
     settings = make_settings()
     log = settings.master_path / "_delta_log"
     log.mkdir(parents=True)
@@ -231,7 +231,7 @@ def test_a_failing_run_is_recorded_as_failed_with_its_error(spark, make_settings
 
 # --- run_now (the command line's batch run) ------------------------------------------------------------
 
-def test_run_now_is_recorded_and_single_flight(spark, make_settings) -> None:  # noqa: ANN001
+def test_run_now_is_recorded_and_single_flight(spark, make_settings) -> None:
     settings = make_settings()
     pipeline = load_pipeline(settings.pipeline)
     lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
@@ -300,6 +300,6 @@ def test_bad_schedules_say_what_is_wrong(text: str, message: str) -> None:
     assert message in str(raised.value), str(raised.value)
 
 
-def test_a_bad_schedule_stops_at_settings_load(make_settings) -> None:  # noqa: ANN001
+def test_a_bad_schedule_stops_at_settings_load(make_settings) -> None:
     with pytest.raises(ConfigError, match="LAMBDA_BATCH_SCHEDULE"):
         make_settings(batch_schedule="every 5 minutes")

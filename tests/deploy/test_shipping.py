@@ -128,10 +128,10 @@ def test_a_local_executor_python_is_checked_before_spark_starts(tmp_path: Path, 
 
 
 def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(
-    spark, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+    spark, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reports = check_executors(spark)
-    assert {version.rsplit(".", 1)[0] for _, version, _ in reports} == {"%d.%d" % sys.version_info[:2]}
+    assert {version.rsplit(".", 1)[0] for _, version, _ in reports} == {"{}.{}".format(*sys.version_info[:2])}
     with pytest.raises(ExecutorEnvironmentError, match=r"no_such_pipeline_module .*LAMBDA_SPARK_SHIP_CODE=auto"):
         check_executors(spark, ("no_such_pipeline_module",))
     # A third-party package the executors lack (one more name on the list the check imports there).
@@ -141,7 +141,7 @@ def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(
 
 
 def test_the_start_up_check_explains_an_executor_python_that_cannot_run_pyspark(
-    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # What LAMBDA_SPARK_EXECUTOR_PYTHON (PYSPARK_PYTHON) sets: the interpreter Python tasks start.
     monkeypatch.setattr(spark.sparkContext, "pythonExec", str(tmp_path / "no-such-python"))

@@ -40,7 +40,7 @@ def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait(check, what: str, timeout: float = 240) -> None:  # noqa: ANN001
+def _wait(check, what: str, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -73,7 +73,7 @@ def _trigger_recompute(http: httpx.Client) -> str:
             return run.json()["id"]
         assert run.status_code == 409, run.text
         busy = run.headers["Location"]
-        _wait(lambda: http.get(busy).json()["status"] not in ("queued", "running"),
+        _wait(lambda busy=busy: http.get(busy).json()["status"] not in ("queued", "running"),
               f"run {busy}, which holds the single-flight slot", 240)
     raise AssertionError(f"no recompute admitted after 3 tries; last answer: {run.text}")
 

@@ -13,6 +13,6 @@ import schemathesis
 
 
 @schemathesis.serializer("application/x-ndjson", "application/jsonl")
-def ndjson(ctx: Any, value: Any) -> dict[str, Any]:  # noqa: ARG001 - the serializer's signature
+def ndjson(ctx: Any, value: Any) -> dict[str, Any]:
     items = value if isinstance(value, list) else [value]
     return {"data": "".join(json.dumps(item) + "\n" for item in items).encode()}

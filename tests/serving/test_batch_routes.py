@@ -24,8 +24,8 @@ import redis
 from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
-from serving.store.runs import RunRegistry
 from deploy.settings import Settings
+from serving.store.runs import RunRegistry
 from shared_logic.registry import load_pipeline
 from tests.deploy.test_scheduler import scheduler_thread
 
@@ -52,7 +52,7 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> di
         time.sleep(0.2)
 
 
-def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:  # noqa: ANN001
+def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:
     settings = make_settings()
     version = ingest(settings, TEXTS)
     with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client, \
@@ -99,7 +99,7 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
     assert DeltaTable(str(settings.master_path)).version() == generation, "a skip appends no barrier"
 
 
-def test_concurrent_posts_admit_exactly_one_run(api) -> None:  # noqa: ANN001
+def test_concurrent_posts_admit_exactly_one_run(api) -> None:
     with api(api_keys=KEYS) as server:
         start = threading.Barrier(10)
         answers: list[httpx.Response] = []
@@ -125,7 +125,7 @@ def test_concurrent_posts_admit_exactly_one_run(api) -> None:  # noqa: ANN001
         assert [(r["id"], r["status"]) for r in listed["runs"]] == [(accepted["id"], "queued")]
 
 
-def test_a_run_left_by_a_dead_scheduler_reads_as_interrupted(api, make_settings) -> None:  # noqa: ANN001
+def test_a_run_left_by_a_dead_scheduler_reads_as_interrupted(api, make_settings) -> None:
     settings = make_settings()
     with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
         run_id = client.post("/v1/batch/runs").json()["id"]
@@ -144,7 +144,7 @@ def test_a_run_left_by_a_dead_scheduler_reads_as_interrupted(api, make_settings)
         assert admitted.status_code == 202 and admitted.json()["id"] != run_id
 
 
-def test_unknown_run_is_404_and_routes_are_documented(api) -> None:  # noqa: ANN001
+def test_unknown_run_is_404_and_routes_are_documented(api) -> None:
     with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
         missing = client.get("/v1/batch/runs/nope")
         assert missing.status_code == 404

@@ -21,8 +21,8 @@ import pytest
 import redis
 
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.recompute.job import run_batch
 from batch_layer.master.engines import get_engine
+from batch_layer.recompute.job import run_batch
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic import load_pipeline
 from tests import oracle

@@ -23,9 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.settings import Settings
 from serving.api.app import create_app
+from serving.api.metrics import EVENTS_INGESTED, route_template
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
-from serving.api.metrics import EVENTS_INGESTED, route_template
 from tests.conftest import ApiServer, free_port
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"

@@ -72,7 +72,7 @@ def test_dotted_path_loads_a_user_module(tmp_path: Path, monkeypatch: pytest.Mon
         (lambda: View("v", keys=("count",), measures=(Count(), Sum("x"))), "clash"),
     ],
 )
-def test_bad_view_definitions_say_what_to_fix(build, message: str) -> None:  # noqa: ANN001
+def test_bad_view_definitions_say_what_to_fix(build, message: str) -> None:
     with pytest.raises(PipelineDefinitionError, match=message):
         build()
 
@@ -104,7 +104,7 @@ pipeline = Clicks()
 
 
 @pytest.fixture
-def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - Iterator[Path]
+def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """An empty current folder that is not on sys.path; every module and finder it leaves is removed."""
     folder = tmp_path / "mine"
     folder.mkdir()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import threading
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -23,7 +23,7 @@ from tests import oracle
 
 
 @contextmanager
-def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]:  # noqa: ANN001
+def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]:
     """The speed layer running in a thread of this process (the session's SparkSession)."""
     from speed_layer.runner import run_speed_layer
 
@@ -33,7 +33,7 @@ def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]
     def run() -> None:
         try:
             run_speed_layer(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
-        except BaseException as e:  # noqa: BLE001 - surfaced to the test below
+        except BaseException as e:
             errors.append(e)
 
     thread = threading.Thread(target=run, name="speed-layer", daemon=True)
@@ -100,7 +100,7 @@ def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool
     return compared
 
 
-def _assert_top(http: httpx.Client, view: str, rows: dict, version: int | None) -> None:  # noqa: ANN001
+def _assert_top(http: httpx.Client, view: str, rows: dict, version: int | None) -> None:
     all_time = {key: m for (key, ws), m in rows.items() if ws is None}
     if not all_time:
         window = min(ws for _, ws in rows)

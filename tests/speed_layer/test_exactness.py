@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
 
-def _master(settings) -> MasterDataset:  # noqa: ANN001
+def _master(settings) -> MasterDataset:
     return MasterDataset.open(settings, load_pipeline(settings.pipeline))
 
 
@@ -114,7 +114,7 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
             assert assert_exact(server.base_url, settings, latest, named=True) > 30
 
 
-def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:  # noqa: ANN001
+def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
            "LAMBDA_PIPELINE": settings.pipeline, "LAMBDA_SPARK_MASTER": "local[2]",
            "LAMBDA_SPEED_TRIGGER_SECONDS": "0.2", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2",
@@ -123,7 +123,7 @@ def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subproc
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:  # noqa: ANN001
+def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
     import redis
 
     client = redis.Redis.from_url(settings.redis_url)

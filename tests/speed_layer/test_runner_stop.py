@@ -12,8 +12,8 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.recompute.job import run_batch
 from batch_layer.master.engines import get_engine
+from batch_layer.recompute.job import run_batch
 from shared_logic import load_pipeline
 from speed_layer.runner import _stop_after_trigger
 from tests.speed_layer.conftest import running_speed_layer, wait_caught_up

@@ -31,7 +31,7 @@ ROWS = [  # a, b, x, m1, m2, minutes after T0, depth (1: only the lower base; 2:
 ]
 
 
-def _write(spark, redis_url: str, batch_id: int, bases: tuple[int, ...], epoch: str) -> int:  # noqa: ANN001
+def _write(spark, redis_url: str, batch_id: int, bases: tuple[int, ...], epoch: str) -> int:
     frame = spark.createDataFrame(
         [(a, b, x, m1, m2, T0 + timedelta(minutes=mins), depth) for a, b, x, m1, m2, mins, depth in ROWS],
         "a string, b string, x double, m1 string, m2 string, event_time timestamp, depth int",
@@ -57,7 +57,7 @@ def _expected(depth_at_least: int) -> dict[tuple[str, int], dict]:
 
 def _segment(client: redis.Redis, base: int) -> dict[tuple[str, int], dict]:
     keys, found = Keys("probe"), {}
-    for (key, window), _ in _expected(1).items():
+    for key, window in _expected(1):
         score = {m: client.zscore(f"{keys.segment_prefix(base)}:probe:z:{m}@{window}", key)
                  for m in ("count", "sum_x", "min_x", "max_x")}
         if score["count"] is None:

@@ -17,10 +17,10 @@ import pytest
 import redis
 from pyspark.sql import functions as F
 
-from serving.store.generations import ensure_epoch
 from serving.api.errors import UnavailableError
-from serving.store.keys import Keys, row_parts
 from serving.api.view_reader import ServingStore
+from serving.store.generations import ensure_epoch
+from serving.store.keys import Keys, row_parts
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 
@@ -36,7 +36,7 @@ FIRST = [("a", 7.0, "s", 4), ("d", 1.0, "p", 5), ("c", 0.5, "t", 75)]
 SECOND = [("a", 0.25, "u", 6), ("b", 3.0, "v", 8), ("e", 4.0, "p", 80)]
 
 
-def _write(spark, redis_url: str, epoch: str, query: str, batch_id: int, tag: int, rows: list) -> None:  # noqa: ANN001
+def _write(spark, redis_url: str, epoch: str, query: str, batch_id: int, tag: int, rows: list) -> None:
     frame = spark.createDataFrame(
         [(k, x, m, T0 + timedelta(minutes=mins)) for k, x, m, mins in rows],
         "k string, x double, m string, event_time timestamp",

@@ -20,10 +20,10 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from redis.exceptions import RedisError
 
-from serving.store.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
 from serving.api.auth import require
 from serving.api.errors import ConflictError, NotFoundError, UnavailableError
 from serving.api.models import error_responses
+from serving.store.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
 
 router = APIRouter(prefix="/v1/batch", tags=["batch"])
 
@@ -142,7 +142,7 @@ def get_runs(request: Request) -> RunRegistry:
         with _build_lock:
             runs = getattr(state, "batch_runs", None)
             if runs is None:
-                url = getattr(state, "redis_url", None) or state.store._url  # noqa: SLF001 - same URL as the reads
+                url = getattr(state, "redis_url", None) or state.store._url
                 runs = state.batch_runs = RunRegistry.from_url(url, state.pipeline.name, fail_fast=True)
     return runs
 

@@ -23,8 +23,8 @@ from serving.api.ingest import (
     parse_events_async,
     read_body,
 )
-from serving.api.models import ErrorBody
 from serving.api.metrics import EVENTS_INGESTED
+from serving.api.models import ErrorBody
 from shared_logic.pipeline import Pipeline
 
 
@@ -54,7 +54,7 @@ class IngestAnswer(BaseModel):
 
 _EXAMPLE_TIME = "2024-03-01T09:00:00Z"
 
-DESCRIPTION = """
+DESCRIPTION = f"""
 Appends events to the pipeline's master dataset and answers **202** with how many were accepted
 and the master version holding them. From that version on the speed layer counts them (when it
 runs); a batch run recomputing at or after it includes them.
@@ -80,10 +80,10 @@ master dataset's Delta log in the same commit as the events. The same key with a
 a 422. Send one whenever a request might be retried (timeouts, 503). A malformed key is a 400.
 
 Limits: bodies up to `LAMBDA_MAX_BODY_BYTES` (413 above); JSON nested at most
-{max_nesting} levels deep (events are flat; 400 above). Times in UTC from
+{MAX_NESTING} levels deep (events are flat; 400 above). Times in UTC from
 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (a time with an offset must fall inside
 once converted); integers within 64 bits.
-""".format(max_nesting=MAX_NESTING)
+"""
 
 _JSON_EXAMPLES: dict[str, Any] = {
     "one": {"summary": "One event (wordcount)", "value": {"text": "the quick brown fox", "event_time": _EXAMPLE_TIME}},
@@ -119,7 +119,7 @@ def _request_body(event_schema: dict[str, Any], json_examples: dict[str, Any], n
     return {
         "required": True,
         "description": "One event, an array of events, or NDJSON (one event per line).",
-        "content": {**{t: json_content for t in JSON_TYPES}, **{t: ndjson_content for t in NDJSON_TYPES}},
+        "content": {**dict.fromkeys(JSON_TYPES, json_content), **dict.fromkeys(NDJSON_TYPES, ndjson_content)},
     }
 
 

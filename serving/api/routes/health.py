@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from fastapi import APIRouter, Request
 
 from serving.api.deps import StoreDep
