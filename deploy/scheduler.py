@@ -39,7 +39,7 @@ from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
 from serving.store.keys import Keys
-from serving.store.runs import BatchRun, RunRegistry, RunTrigger, owner_id
+from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,20 +106,20 @@ class BatchScheduler:
         beat.start()
         log.debug("batch run %s (%s%s) claimed by %s", run.id, run.trigger, ", forced" if run.force else "", self.owner)
         try:
-            outcome = self._recompute(run)
+            status, outcome = self._recompute(run)
         except Exception as e:
             log.exception("batch run %s failed", run.id)
-            outcome = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+            status, outcome = "failed", {"error": f"{type(e).__name__}: {e}"}
         finally:
             done.set()
             beat.join(5)
-        status = outcome.pop("status")
         final = self.registry.finish(run.id, status, **outcome)
         if final is None:  # the record was dropped meanwhile (retention); report what happened anyway
             final = BatchRun(id=run.id, status=status, trigger=run.trigger, requested_at=run.requested_at)
         return final
 
-    def _recompute(self, run: BatchRun) -> dict[str, object]:
+    def _recompute(self, run: BatchRun) -> tuple[RunStatus, dict[str, RunField]]:
+        """The run's outcome: its status and the fields to record with it."""
         from batch_layer.recompute.job import run_batch
 
         try:
@@ -130,7 +130,7 @@ class BatchScheduler:
                                        "published until then")
         except EmptyMasterError as e:
             log.info("batch run %s skipped: %s", run.id, e)
-            return {"status": "skipped", "skip_reason": str(e)}
+            return "skipped", {"skip_reason": str(e)}
         served = served_generation(self.registry.client, self.keys)
         self.registry.update(run.id, master_version=latest, served_before=served)
         if served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
@@ -138,15 +138,15 @@ class BatchScheduler:
                      else f"only a compaction, version {latest}, came after that generation's barrier")
             reason = f"the master dataset has not changed since generation {served} ({after})"
             log.info("batch run %s skipped: %s", run.id, reason)
-            return {"status": "skipped", "skip_reason": reason, "generation": served}
+            return "skipped", {"skip_reason": reason, "generation": served}
         log.info("batch run %s (%s%s): master at version %d, serving %s; recomputing", run.id, run.trigger,
                  ", forced" if run.force else "", latest, "nothing" if served is None else f"generation {served}")
         result = run_batch(self.spark, self.settings, self.pipeline, redis_url=self.redis_url, run_id=run.id)
         log.info("batch run %s succeeded: generation %d (%s), %d events, rows %s, %.1fs", run.id, result.generation,
                  "served" if result.flipped else "not served: a newer one is", result.events, result.view_rows,
                  result.seconds)
-        return {
-            "status": "succeeded", "generation": result.generation, "flipped": result.flipped,
+        return "succeeded", {
+            "generation": result.generation, "flipped": result.flipped,
             "events": result.events, "rows": dict(result.view_rows), "recompute_id": result.run_id,
         }
 

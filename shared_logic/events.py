@@ -80,8 +80,10 @@ class EventSchema:
             )
         self.event_time_field = event_time_field
         checked = _fitting_columns(model, self.fields)
-        self._many = TypeAdapter(list[checked])
-        self._one = TypeAdapter(checked)
+        # list[checked] spelled as the GenericAlias it is at runtime (`checked` is a value, not a type).
+        many: Any = types.GenericAlias(list, (checked,))
+        self._many: TypeAdapter[list[BaseModel]] = TypeAdapter(many)
+        self._one: TypeAdapter[BaseModel] = TypeAdapter(checked)
 
     def arrow_schema(self) -> pa.Schema:
         """Columns of the master dataset: the event fields, then ``_kind`` ('event' or 'barrier')."""
@@ -120,12 +122,13 @@ class EventSchema:
         Every line is checked, and every problem is reported with its line number and field;
         on any problem nothing is returned.
         """
-        models, problems = [], []
+        models: list[BaseModel] = []
+        problems: list[EventProblem] = []
         for number, text in lines:
             try:
                 models.append(self._one.validate_json(text, strict=True))
             except ValidationError as e:
-                problems.extend(_problem(err, lambda _, n=number: f"line {n}") for err in e.errors())
+                problems.extend(_problem(err, _at_line(number)) for err in e.errors())
         if problems:
             raise EventValidationError(problems, source)
         return self._to_table(models, now)
@@ -186,6 +189,11 @@ def as_utc(t: datetime) -> datetime | None:
         return t.astimezone(timezone.utc)
     except OverflowError:
         return None
+
+
+def _at_line(number: int) -> Callable[[int], str]:
+    """Locator naming line ``number`` whatever index pydantic reports (one document per line)."""
+    return lambda _: f"line {number}"
 
 
 def _problem(err: Any, locate: Callable[[int], str]) -> EventProblem:

@@ -29,6 +29,11 @@ class Measure(ABC):
     def name(self) -> str:
         return self.kind if self.column is None else f"{self.kind}_{self.column}"
 
+    def _input(self) -> Column:
+        """The column this measure reads (Count reads none and never calls this)."""
+        assert self.column is not None, f"{type(self).__name__} needs a column, e.g. {type(self).__name__}('amount')"
+        return F.col(self.column)
+
     @abstractmethod
     def aggregate(self) -> Column:
         """The Spark aggregate expression giving this measure's part over a group of rows."""
@@ -60,7 +65,7 @@ class Sum(Measure):
     additive: ClassVar[bool] = True
 
     def aggregate(self) -> Column:
-        return F.coalesce(F.sum(F.col(self.column)), F.lit(0)).alias(self.name)
+        return F.coalesce(F.sum(self._input()), F.lit(0)).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
         return (a or 0) + (b or 0)
@@ -73,7 +78,7 @@ class Min(Measure):
     kind: ClassVar[str] = "min"
 
     def aggregate(self) -> Column:
-        return F.min(F.col(self.column)).alias(self.name)
+        return F.min(self._input()).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
         return b if a is None else a if b is None else min(a, b)
@@ -86,7 +91,7 @@ class Max(Measure):
     kind: ClassVar[str] = "max"
 
     def aggregate(self) -> Column:
-        return F.max(F.col(self.column)).alias(self.name)
+        return F.max(self._input()).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
         return b if a is None else a if b is None else max(a, b)
@@ -105,7 +110,7 @@ class Distinct(Measure):
     kind: ClassVar[str] = "distinct"
 
     def aggregate(self) -> Column:
-        return F.collect_set(F.col(self.column).cast("string")).alias(self.name)
+        return F.collect_set(self._input().cast("string")).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
         return set(a or ()) | set(b or ())

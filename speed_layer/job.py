@@ -37,6 +37,7 @@ from batch_layer.master.dataset import MasterDataset
 from serving.store.connection import redis_client
 from serving.store.generations import delete_prefix, ensure_epoch, served_generation
 from serving.store.keys import Keys
+from serving.store.replies import text
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
@@ -143,7 +144,7 @@ class SpeedLayer:
     def epoch_lost(self) -> bool:
         """True when Redis lost its data since the query started (its epoch marker changed or is gone)."""
         current = self.client.get(self.keys.epoch)
-        return current is None or current.decode() != self.epoch
+        return current is None or text(current) != self.epoch
 
     def heartbeat(self, state: str = "running") -> None:
         """Say the speed layer is alive (also when no new versions arrive), what it is doing, and where its
@@ -158,6 +159,7 @@ class SpeedLayer:
             F.max(VERSION_COLUMN),
             F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
         ).first()
+        assert summary is not None, "an aggregate without grouping has exactly one row"
         last, barriers = summary[0], sorted(summary[1])
         if last is None:
             return
@@ -183,9 +185,9 @@ class SpeedLayer:
         key = self.keys.plan(self.query_id)
         stored = self.client.get(key)
         if stored is not None:
-            planned_id, bases = stored.decode().split(":", 1)
+            planned_id, planned = text(stored).split(":", 1)
             if int(planned_id) == batch_id:
-                return json.loads(bases)
+                return json.loads(planned)
         bases = self._live_bases(barriers)
         self.client.set(key, f"{batch_id}:{json.dumps(bases)}")
         return bases
@@ -200,7 +202,7 @@ class SpeedLayer:
     def _apply(self, events: DataFrame, bases: list[int], batch_id: int, last: int) -> int:
         """Every view's increments for every interval, written in one Spark job, tagged ``last``:
         readers leave them out until ``_mark_processed`` commits the micro-batch."""
-        encoded = []
+        encoded: list[DataFrame] = []
         width = (max(len(v.scalar_measures) for v in self.pipeline.views),
                  max(len(v.distinct_measures) for v in self.pipeline.views))
         for depth, low in enumerate(bases, start=1):

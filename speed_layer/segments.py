@@ -294,7 +294,9 @@ def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
-    partition = TaskContext.get().partitionId()
+    context = TaskContext.get()
+    assert context is not None, "_apply_partition runs inside a Spark task (mapInArrow)"
+    partition = context.partitionId()
     keys = Keys(spec.pipeline)
     client = redis_client(spec.redis_url)
     apply = client.register_script(_APPLY)

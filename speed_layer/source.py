@@ -11,7 +11,7 @@ versions and, from the commits' row statistics, in rows: the speed layer's backp
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +66,7 @@ _TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "b
           "timestamp[us, tz=UTC]": pa.timestamp("us", tz="UTC")}
 
 
-def _master_schema(options: dict[str, str]) -> pa.Schema:
+def _master_schema(options: Mapping[str, str]) -> pa.Schema:
     return pa.schema([(name, _TYPES[kind]) for name, kind in json.loads(options["schema_json"])])
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import redis
+from redis.typing import EncodableT, FieldT
 
 from batch_layer.errors import PublishError
 from serving.store.columns import key_column, window_column
@@ -99,7 +100,7 @@ def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
-    by_window: dict[str | None, dict[str, str]] = {}
+    by_window: dict[str | None, dict[FieldT, EncodableT]] = {}
     scalars = [chunk[m] for m in spec.scalars]
     distinct = [chunk[m] for m in spec.distinct]
     dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
@@ -136,7 +137,7 @@ def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Map
     Refused (PublishError) when Redis's epoch is not ``epoch``: Redis lost data during the load,
     so the loaded generation may be incomplete.
     """
-    args: list[object] = [epoch, generation]
+    args: list[EncodableT] = [epoch, generation]
     for name, value in {**meta, "version": generation, "published_at": time.time()}.items():
         args += [name, value if isinstance(value, (int, float, str)) else json.dumps(value)]
     try:

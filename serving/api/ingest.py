@@ -451,7 +451,9 @@ class Ingestor:
             self._appender = self.master.appender()
         appender = self._appender
         outcomes: list[IngestReceipt | Exception | None] = [None] * len(batch)
-        group, repeats, seen = [], [], set()
+        group: list[int] = []
+        repeats: list[int] = []
+        seen: set[str] = set()
         for i, pending in enumerate(batch):
             if pending.key is not None and pending.key.app_id in seen:
                 repeats.append(i)  # same key twice in one group: the first commits, the others replay it
@@ -462,7 +464,9 @@ class Ingestor:
         self._commit_group(appender, batch, group, outcomes, isolate=True)
         for i in repeats:
             outcomes[i] = self._replay(appender, batch[i])
-        return outcomes  # type: ignore[return-value]
+        answered = [o for o in outcomes if o is not None]
+        assert len(answered) == len(batch), "every request of the group has an outcome"
+        return answered
 
     def _commit_group(self, appender: Appender, batch: list[_Pending], indices: list[int],
                       outcomes: list[IngestReceipt | Exception | None], *, isolate: bool) -> None:
@@ -484,8 +488,8 @@ class Ingestor:
                 indices = todo
                 continue
             except Exception as e:
-                version = self._landed(appender, expected)
-                if version is None:
+                landed = self._landed(appender, expected)
+                if landed is None:
                     log.exception("ingest commit of %d request(s) failed", len(todo))
                     if isolate and len(todo) > 1:  # nothing landed: try each alone so one cannot fail all
                         for i in todo:
@@ -494,6 +498,7 @@ class Ingestor:
                         for i in todo:
                             outcomes[i] = _unavailable(e)
                     return
+                version = landed
             self.commits += 1
             for i in todo:
                 outcomes[i] = IngestReceipt(batch[i].events.num_rows, version)
@@ -536,12 +541,12 @@ class Ingestor:
         found = appender.find_transaction(key.app_id)
         if found is None:
             return UnavailableError("the first request with this Idempotency-Key was not committed; retry the request")
-        record = None
-        if found.version is not None:
+        version, record = found.version, None
+        if version is not None:
             raw = found.commit_info.get(KEYS_METADATA)
             keys = json.loads(raw) if isinstance(raw, str) else raw
             record = keys.get(key.app_id) if isinstance(keys, dict) else None
-        if record is None:
+        if version is None or record is None:  # (record is None whenever version is)
             return UnprocessableError(
                 "this Idempotency-Key was used for events committed long ago (its commit is no longer in the "
                 "master dataset's log, so its answer cannot be repeated); nothing was written: use a new key"
@@ -549,9 +554,9 @@ class Ingestor:
         if record["body_sha256"] != key.body_sha256:
             return IdempotencyKeyReusedError(
                 f"this Idempotency-Key was first used with a different request body (committed at master version "
-                f"{found.version}); nothing was written: use a new key for new events"
+                f"{version}); nothing was written: use a new key for new events"
             )
-        return IngestReceipt(int(record["accepted"]), found.version, replayed=True)
+        return IngestReceipt(int(record["accepted"]), version, replayed=True)
 
 
 def _unavailable(error: Exception) -> UnavailableError:

@@ -38,13 +38,13 @@ class KeyAnswer(BaseModel):
     value: dict[str, Any] = Field(
         description="Monoid measures (count, sum_*, min_*, max_*, distinct_*) and derived values (avg_*)."
     )
-    window: WindowSpan | None = Field(None, description="The window asked for (windowed views, one window).")
-    range: WindowSpan | None = Field(None, description="The time range asked for (windowed views, from/to).")
-    windows: list[WindowValue] | None = Field(None, description="Per-window values inside the range, oldest first.")
+    window: WindowSpan | None = Field(default=None, description="The window asked for (windowed views, one window).")
+    range: WindowSpan | None = Field(default=None, description="The time range asked for (windowed views, from/to).")
+    windows: list[WindowValue] | None = Field(default=None, description="Per-window values inside the range, oldest first.")
     generation: int = Field(description="The batch generation answered from (its master version).")
     version: int = Field(description="Master dataset version the answer is exact for.")
-    computed_at: datetime | None = Field(None, description="When the batch generation was computed.")
-    explain: Explanation | None = Field(None, description="With ?explain=true: the parts the answer combines.")
+    computed_at: datetime | None = Field(default=None, description="When the batch generation was computed.")
+    explain: Explanation | None = Field(default=None, description="With ?explain=true: the parts the answer combines.")
 
 
 class TopEntry(BaseModel):
@@ -76,20 +76,20 @@ class ViewInfo(BaseModel):
     keys: list[str]
     measures: list[MeasureInfo]
     derived: list[str]
-    window_seconds: int | None = Field(None, description="Tumbling window size; null for all-time views.")
-    generation: int | None = Field(None, description="Served batch generation; null when none is published.")
-    version: int | None = Field(None, description="Master version answers are exact for (batch + speed).")
+    window_seconds: int | None = Field(default=None, description="Tumbling window size; null for all-time views.")
+    generation: int | None = Field(default=None, description="Served batch generation; null when none is published.")
+    version: int | None = Field(default=None, description="Master version answers are exact for (batch + speed).")
     computed_at: datetime | None = None
-    rows: int | None = Field(None, description="Rows (keys x windows) in the served generation.")
+    rows: int | None = Field(default=None, description="Rows (keys x windows) in the served generation.")
 
 
 class ViewList(BaseModel):
     pipeline: str
     views: list[ViewInfo]
-    latest_version: int | None = Field(None, description="Newest version of the master dataset.")
-    processed_version: int | None = Field(None, description="Last master version the speed layer applied.")
-    lag_versions: int | None = Field(None, description="Versions committed but not yet in any answer.")
-    lag_seconds: float | None = Field(None, description="Age of the oldest commit not yet in any answer.")
+    latest_version: int | None = Field(default=None, description="Newest version of the master dataset.")
+    processed_version: int | None = Field(default=None, description="Last master version the speed layer applied.")
+    lag_versions: int | None = Field(default=None, description="Versions committed but not yet in any answer.")
+    lag_seconds: float | None = Field(default=None, description="Age of the oldest commit not yet in any answer.")
 
 
 class Health(BaseModel):

@@ -31,6 +31,7 @@ from serving.store.connection import async_redis_client
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys, suffix
 from serving.store.read_scripts import INSTALL_RANKING, READ, TOP
+from serving.store.replies import text
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,12 @@ def _num(value: bytes | str) -> float | None:
     return float(value) if value not in (b"", "") else None
 
 
-def _generation(generation: bytes, processed: bytes, meta: Sequence[bytes | None]) -> Generation:
+def _generation(generation: bytes | str, processed: bytes | str, meta: Sequence[bytes | str | None]) -> Generation:
     computed_at, run_id, events = meta
     return Generation(
         int(generation),
         float(computed_at) if computed_at else None,
-        run_id.decode() if run_id else None,
+        text(run_id) if run_id else None,
         int(events) if events else None,
         int(processed) if processed else None,
     )
@@ -146,11 +147,11 @@ class ServingStore:
             generation = await self._client.get(self.keys.current)
             if generation is None:
                 return None
-            meta = await self._client.hgetall(self.keys.meta(int(generation)))
+            reply = await self._client.hgetall(self.keys.meta(int(generation)))
             processed = await self._client.hget(self.keys.segment_meta(int(generation)), "processed")
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
-        meta = {k.decode(): v for k, v in meta.items()}
+        meta = {text(k): v for k, v in reply.items()}
         served = _generation(generation, processed or b"", [meta.get("computed_at"), meta.get("run_id"), meta.get("events")])
         rows = {k.removeprefix("rows:"): int(v) for k, v in meta.items() if k.startswith("rows:")}
         return Generation(**{**served.__dict__, "rows": rows})

@@ -12,12 +12,15 @@ import uuid
 import redis
 
 from serving.store.keys import Keys
+from serving.store.replies import text
 
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     """This Redis dataset's epoch marker, created if missing. A different value later means data was lost."""
     client.set(keys.epoch, uuid.uuid4().hex, nx=True)
-    return client.get(keys.epoch).decode()
+    epoch = client.get(keys.epoch)
+    assert epoch is not None, f"{keys.epoch} vanished right after SET NX (a FLUSHALL in between); run again"
+    return text(epoch)
 
 
 def served_generation(client: redis.Redis, keys: Keys) -> int | None:

@@ -7,15 +7,12 @@ its metrics and ``lambda-platform status``. This module is the one reader of the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
+
+from serving.store.replies import HashReply, text_hash
 
 #: A heartbeat older than this many seconds means the speed layer is down (it beats every 0.5 s).
 HEARTBEAT_FRESH_SECONDS = 10.0
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -32,9 +29,9 @@ class SpeedHeartbeat:
     """Its Spark UI, when enabled."""
 
     @classmethod
-    def from_hash(cls, values: Mapping[bytes, bytes] | Mapping[str, str]) -> SpeedHeartbeat:
+    def from_hash(cls, values: HashReply) -> SpeedHeartbeat:
         """From ``HGETALL Keys.speed`` (bytes or decoded)."""
-        fields = {_text(k): _text(v) for k, v in values.items()}
+        fields = text_hash(values)
         return cls(
             processed=int(fields["processed"]) if fields.get("processed") else None,
             beat_at=float(fields["heartbeat_at"]) if fields.get("heartbeat_at") else None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal, TypeVar, overload
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -58,7 +58,7 @@ class BatchRunInfo(BaseModel):
     )
     force: bool = Field(description="Recompute even if the master dataset had not changed.")
     requested_at: datetime = Field(description="When it was asked for (UTC).")
-    started_at: datetime | None = Field(None, description="When a scheduler started it (UTC).")
+    started_at: datetime | None = Field(default=None, description="When a scheduler started it (UTC).")
     finished_at: datetime | None = Field(
         None, description="When it ended (UTC); for an interrupted run, its scheduler's last heartbeat."
     )
@@ -68,7 +68,7 @@ class BatchRunInfo(BaseModel):
     master_version: int | None = Field(
         None, description="Latest master-dataset version when the run started, before its barrier."
     )
-    served_before: int | None = Field(None, description="Generation served when the run started.")
+    served_before: int | None = Field(default=None, description="Generation served when the run started.")
     generation: int | None = Field(
         None,
         description="The generation: for a succeeded run, the master version of its barrier, which it recomputed "
@@ -77,32 +77,32 @@ class BatchRunInfo(BaseModel):
     served: bool | None = Field(
         None, description="Succeeded runs: whether its generation was flipped to (false: a newer one already was)."
     )
-    events: int | None = Field(None, description="Events recomputed (master rows through the generation).")
+    events: int | None = Field(default=None, description="Events recomputed (master rows through the generation).")
     rows: dict[str, int] = Field(default_factory=dict, description="Rows written per view (gold table and Redis).")
     recompute_id: str | None = Field(
         None, description="Id the recompute wrote into its barrier commit and the generation's metadata."
     )
-    owner: str | None = Field(None, description="Scheduler process that ran it (host:pid:instance).")
-    heartbeat_at: datetime | None = Field(None, description="Last heartbeat of its scheduler while running (UTC).")
-    skip_reason: str | None = Field(None, description="Why it was skipped.")
-    error: str | None = Field(None, description="Why it failed.")
+    owner: str | None = Field(default=None, description="Scheduler process that ran it (host:pid:instance).")
+    heartbeat_at: datetime | None = Field(default=None, description="Last heartbeat of its scheduler while running (UTC).")
+    skip_reason: str | None = Field(default=None, description="Why it was skipped.")
+    error: str | None = Field(default=None, description="Why it failed.")
 
 
 class SchedulerStatus(BaseModel):
     """A scheduler process that is alive (it announced itself within the last seconds)."""
 
     owner: str = Field(description="host:pid:instance of the scheduler.")
-    schedule: str | None = Field(None, description="Its schedule (interval or cron, UTC); null: on-demand runs only.")
+    schedule: str | None = Field(default=None, description="Its schedule (interval or cron, UTC); null: on-demand runs only.")
     started_at: datetime = Field(description="When it started (UTC).")
     seen_at: datetime = Field(description="When it last announced itself (UTC).")
-    next_run_at: datetime | None = Field(None, description="Its next scheduled tick (UTC).")
+    next_run_at: datetime | None = Field(default=None, description="Its next scheduled tick (UTC).")
 
 
 class BatchRunList(BaseModel):
     """Recent batch runs, newest first, and who runs them."""
 
     pipeline: str = Field(description="Pipeline the runs recompute.")
-    active: str | None = Field(None, description="Id of the run queued or running now, if any.")
+    active: str | None = Field(default=None, description="Id of the run queued or running now, if any.")
     schedulers: list[SchedulerStatus] = Field(
         description="Scheduler processes alive. Empty: queued runs wait until one starts (`lambda-platform schedule`)."
     )
@@ -111,6 +111,10 @@ class BatchRunList(BaseModel):
 
 
 
+@overload
+def _time(value: float) -> datetime: ...
+@overload
+def _time(value: float | None) -> datetime | None: ...
 def _time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, tz=timezone.utc)
 
