@@ -7,7 +7,6 @@ tests talk HTTP to a real uvicorn server.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
 import time
@@ -20,12 +19,7 @@ import redis
 
 from deploy.redis_server import redis_binary
 from deploy.settings import Settings, load_settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import free_port
 
 
 class RedisServer:

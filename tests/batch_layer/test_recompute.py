@@ -12,7 +12,6 @@ moves, its keys are dropped) and stays readable in gold by Delta time travel.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Callable
@@ -24,11 +23,12 @@ import deltalake
 import pytest
 import redis
 
-from batch_layer.master.dataset import IngestResult, MasterDataset
+from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import BatchRunResult, run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
+from tests.support import ingest_file
 
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -37,15 +37,6 @@ GOLD_MEASURES: dict[str, tuple[str, ...]] = {
     "wordcount": ("count",),
     "payments": ("count", "sum_amount", "min_amount", "max_amount", "distinct_merchant"),
 }
-
-
-def ingest(settings: Settings, events: list[dict[str, Any]], file: Path) -> IngestResult:
-    """Write ``events`` as JSON Lines (UTF-8, non-ASCII kept) and ingest the file."""
-    with file.open("w", encoding="utf-8") as fh:
-        for event in events:
-            fh.write(json.dumps(event, ensure_ascii=False) + "\n")
-    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
-    return master.ingest_file(file)
 
 
 def read_gold(settings: Settings, view: str, version: int | None = None) -> tuple[list[str], dict[oracle.RowKey, dict[str, Any]]]:
@@ -122,7 +113,7 @@ def test_wordcount_gold_tables_match_oracle(spark: Any, make_settings: Callable[
     assert untimed > 20
 
     before = datetime.now(timezone.utc)
-    ingested = ingest(settings, events, tmp_path / "lines.jsonl")
+    ingested = ingest_file(settings, events, tmp_path / "lines.jsonl")
     after = datetime.now(timezone.utc)
     assert ingested.events == len(events)
 
@@ -152,7 +143,7 @@ def test_payments_gold_tables_match_oracle(spark: Any, make_settings: Callable[.
     settings = make_settings(pipeline="payments")
     events = oracle.payments_events(random.Random(7), 550, START)
     assert any(isinstance(e["amount"], int) for e in events)
-    ingest(settings, events, tmp_path / "payments.jsonl")
+    ingest_file(settings, events, tmp_path / "payments.jsonl")
 
     result = run_batch(spark, settings, load_pipeline("payments"), redis_url=redis_url)
     want = assert_gold_matches_oracle(settings, result.generation)
@@ -169,7 +160,7 @@ def test_second_ingest_and_batch_publish_a_new_generation(spark: Any, make_setti
     settings = make_settings(pipeline="payments")
     pipeline = load_pipeline("payments")
     rng = random.Random(99)
-    ingest(settings, oracle.payments_events(rng, 300, START, seconds=4 * 3600), tmp_path / "first.jsonl")
+    ingest_file(settings, oracle.payments_events(rng, 300, START, seconds=4 * 3600), tmp_path / "first.jsonl")
     first = run_batch(spark, settings, pipeline, redis_url=redis_url)
     want_first = assert_gold_matches_oracle(settings, first.generation)
     check_result(first, settings, want_first)
@@ -179,7 +170,7 @@ def test_second_ingest_and_batch_publish_a_new_generation(spark: Any, make_setti
         rng, 250, START + timedelta(hours=2), seconds=5 * 3600,
         users=("alice", "bob", "newcomer", "Newcomer"), weights=(3, 2, 2, 1),
     )
-    second_ingest = ingest(settings, later, tmp_path / "second.jsonl")
+    second_ingest = ingest_file(settings, later, tmp_path / "second.jsonl")
     assert second_ingest.version > first.generation
     second = run_batch(spark, settings, pipeline, redis_url=redis_url)
 
@@ -217,10 +208,10 @@ def test_oracle_reads_only_event_rows(pipeline: str, tmp_path: Path, make_settin
     """The oracle's input contract: barrier rows and other versions are not events."""
     settings = make_settings(pipeline=pipeline)
     make = oracle.wordcount_events if pipeline == "wordcount" else oracle.payments_events
-    first = ingest(settings, make(random.Random(1), 5, START), tmp_path / "a.jsonl")
+    first = ingest_file(settings, make(random.Random(1), 5, START), tmp_path / "a.jsonl")
     master = MasterDataset.open(settings, load_pipeline(pipeline))
     barrier = master.append_barrier("test")
-    ingest(settings, make(random.Random(2), 3, START), tmp_path / "b.jsonl")
+    ingest_file(settings, make(random.Random(2), 3, START), tmp_path / "b.jsonl")
     assert oracle.barrier_versions(settings.master_path) == [barrier]
     assert len(oracle.read_events(settings.master_path, first.version)) == 5
     assert len(oracle.read_events(settings.master_path, barrier)) == 5

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyspark
 
-from tests.conftest import free_port
+from tests.support import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 _SCRUBBED = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONHOME")

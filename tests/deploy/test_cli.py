@@ -17,44 +17,14 @@ import httpx
 import pytest
 
 from deploy.redis_server import stop_embedded_redis
-from tests.conftest import free_port
+from tests.support import CLICKS_PIPELINE, free_port, run_cli
 
 pytestmark = pytest.mark.slow
-
-USER_PIPELINE = '''
-from datetime import datetime
-from pyspark.sql import DataFrame, functions as F
-from shared_logic import Count, EventModel, Pipeline, Sum, View
-
-
-class Click(EventModel):
-    page: str
-    ms_on_page: int
-    event_time: datetime | None = None
-
-
-class Clicks(Pipeline):
-    name = "clicks"
-    event_model = Click
-    views = (View("page_views", keys=("section",), measures=(Count(), Sum("ms_on_page"))),)
-
-    def transform(self, events: DataFrame) -> DataFrame:
-        return events.withColumn("section", F.split("page", "/").getItem(1))
-
-
-pipeline = Clicks()
-'''
-
-
-def _cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
 
 def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
     (tmp_path / "user_pipes").mkdir()
     (tmp_path / "user_pipes" / "__init__.py").write_text("")
-    (tmp_path / "user_pipes" / "clicks.py").write_text(USER_PIPELINE)
+    (tmp_path / "user_pipes" / "clicks.py").write_text(CLICKS_PIPELINE)
     data_dir = tmp_path / "data"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
@@ -67,16 +37,16 @@ def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
     (tmp_path / "clicks.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (tmp_path / "bad.jsonl").write_text('{"page": "/a", "ms_on_page": 1}\n{"page": "/b", "ms_on_page": "soon"}\n')
 
-    bad = _cli(env, "ingest", str(tmp_path / "bad.jsonl"))
+    bad = run_cli(env, "ingest", str(tmp_path / "bad.jsonl"))
     assert bad.returncode == 1
     assert "line 2" in bad.stderr and "ms_on_page" in bad.stderr and "nothing was written" in bad.stderr
 
-    ok = _cli(env, "ingest", str(tmp_path / "clicks.jsonl"))
+    ok = run_cli(env, "ingest", str(tmp_path / "clicks.jsonl"))
     assert ok.returncode == 0, ok.stderr
     assert "ingested 20 events" in ok.stderr
 
     try:
-        run = _cli(env, "batch", "run")
+        run = run_cli(env, "batch", "run")
         assert run.returncode == 0, run.stderr
         assert "page_views" in run.stdout and "20 events recomputed" in run.stdout
 

@@ -19,31 +19,7 @@ from pathlib import Path
 import pytest
 
 from deploy.status import PARTS, platform_status
-from tests.conftest import free_port
-
-CLICKS = '''
-from datetime import datetime
-from pyspark.sql import DataFrame, functions as F
-from shared_logic import Count, EventModel, Pipeline, Sum, View
-
-
-class Click(EventModel):
-    page: str
-    ms_on_page: int
-    event_time: datetime | None = None
-
-
-class Clicks(Pipeline):
-    name = "clicks"
-    event_model = Click
-    views = (View("page_views", keys=("section",), measures=(Count(), Sum("ms_on_page"))),)
-
-    def transform(self, events: DataFrame) -> DataFrame:
-        return events.withColumn("section", F.split("page", "/").getItem(1))
-
-
-pipeline = Clicks()
-'''
+from tests.support import CLICKS_PIPELINE, free_port
 
 
 def installed_command() -> list[str]:
@@ -64,7 +40,7 @@ def cli(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str
 
 
 def test_ingest_finds_the_module_in_the_current_folder_and_reports_once(tmp_path: Path) -> None:
-    (tmp_path / "clicks.py").write_text(CLICKS)
+    (tmp_path / "clicks.py").write_text(CLICKS_PIPELINE)
     (tmp_path / "clicks.jsonl").write_text('{"page": "/news/a", "ms_on_page": 10}\n{"page": "/sport/b", "ms_on_page": 5}\n')
     done = cli(tmp_path, "ingest", "clicks.jsonl", LAMBDA_PIPELINE="clicks")
     assert done.returncode == 0, done.stderr

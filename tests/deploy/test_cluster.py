@@ -36,9 +36,10 @@ from batch_layer.master.engines import get_engine
 from deploy.settings import Settings, load_settings
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.conftest import ApiServer, free_port
+from tests.conftest import ApiServer
 from tests.deploy.cluster import StandaloneCluster, bare_python, daemon_env, get_json
 from tests.speed_layer.conftest import assert_exact, processed_version
+from tests.support import free_port, run_cli, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -110,23 +111,14 @@ def _driver_env(settings: Settings, cluster: StandaloneCluster, user_code: Path,
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 900, exit_code: int = 0) -> str:
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = run_cli(env, *args, timeout=timeout)
     assert done.returncode == exit_code, f"lambda-platform {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}"
     return done.stdout + done.stderr
 
 
 def _wait(check: Any, what: str, timeout: float = 900) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except (OSError, ValueError):  # not up yet, or a UI still answering "Spark is starting up"
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+    # OSError, ValueError: not up yet, or a UI still answering "Spark is starting up"
+    return wait_for(check, what, timeout, poll=0.5, ignoring=(OSError, ValueError))
 
 
 def _app(cluster: StandaloneCluster, name: str, state: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from batch_layer.master.dataset import MasterDataset
 from shared_logic.registry import load_pipeline
-from tests.deploy.test_scheduler import ingest, registry, runs_with, scheduler_thread, served_generation, wait_for
+from tests.support import ingest_texts, registry, runs_with, scheduler_thread, served_generation, wait_for
 
 
 def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spark, make_settings) -> None:
@@ -22,7 +22,7 @@ def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spar
         [skipped] = wait_for(lambda: runs_with(runs, "skipped"), timeout=60, what="the first tick, on an empty master")
         assert "holds no events yet" in skipped.skip_reason
         assert served_generation(settings) is None, "nothing is published over an empty master"
-        version = ingest(settings, texts)
+        version = ingest_texts(settings, texts)
         [run] = wait_for(lambda: runs_with(runs, "succeeded"), timeout=240,
                          what="the first generation, without waiting for the hourly tick")
     assert run.master_version == version and served_generation(settings) == run.generation

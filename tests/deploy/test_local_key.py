@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from deploy.settings import load_settings, local_api_key
-from tests.conftest import free_port
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ import pytest
 from deltalake import DeltaTable
 
 from deploy.redis_server import stop_embedded_redis
-from tests.conftest import free_port
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

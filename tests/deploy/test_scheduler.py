@@ -19,46 +19,25 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
-import redis
 from deltalake import DeltaTable
 
 from batch_layer.errors import RunInProgressError
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
 from deploy.errors import ConfigError
-from deploy.scheduler import parse_schedule, run_now, run_scheduler
+from deploy.scheduler import parse_schedule, run_now
 from deploy.settings import Settings
-from serving.store.runs import BatchRun, RunConflictError, RunRegistry
+from serving.store.runs import RunConflictError
 from shared_logic.registry import load_pipeline
+from tests.support import ingest_texts, registry, runs_with, scheduler_thread, served_generation, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("succeeded", "failed", "skipped")
-
-
-def ingest(settings: Settings, texts: list[str]) -> int:
-    """Append wordcount events in one commit; returns its master version."""
-    pipeline = load_pipeline(settings.pipeline)
-    master = MasterDataset.open(settings, pipeline)
-    return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
-
-
-def registry(settings: Settings) -> RunRegistry:
-    return RunRegistry.from_url(settings.redis_url, load_pipeline(settings.pipeline).name)
-
-
-def served_generation(settings: Settings) -> int | None:
-    value = redis.Redis.from_url(settings.redis_url).get(f"lp:{settings.pipeline}:current")
-    return None if value is None else int(value)
 
 
 def barrier_kinds(settings: Settings, version: int) -> list[str]:
@@ -67,51 +46,12 @@ def barrier_kinds(settings: Settings, version: int) -> list[str]:
     return pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist()
 
 
-@contextmanager
-def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler") -> Iterator[threading.Event]:
-    """``run_scheduler`` in a thread of this process (the session's SparkSession); stopped on exit."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_scheduler(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(180)
-        assert not thread.is_alive(), f"{name} did not stop"
-    if errors:
-        raise errors[0]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 180, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
-    return [r for r in runs.recent(limit=100)[1] if r.status == status]
-
-
 # --- interval schedule: run when changed, skip when not ---------------------------------------------
 
 def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
     texts = ["the cat sat", "the dog", "a cat"]
-    version = ingest(settings, texts)
+    version = ingest_texts(settings, texts)
     runs = registry(settings)
 
     with scheduler_thread(spark, settings):
@@ -143,12 +83,12 @@ def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spa
 
 def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
-    ingest(settings, ["one two", "two three"])
+    ingest_texts(settings, ["one two", "two three"])
     runs = registry(settings)
 
     with scheduler_thread(spark, settings, "scheduler-a"), scheduler_thread(spark, settings, "scheduler-b"):
         wait_for(lambda: len(runs_with(runs, "succeeded")) == 1, what="the first run")
-        second = ingest(settings, ["three four"])
+        second = ingest_texts(settings, ["three four"])
         wait_for(lambda: len(runs_with(runs, "succeeded")) == 2, what="a run over the second ingest")
         time.sleep(1.5)  # a few more ticks from both schedulers, all skipped
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
 from tests.deploy.cluster import get_json
+from tests.support import free_port
 
 pytestmark = pytest.mark.slow
 

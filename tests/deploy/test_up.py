@@ -13,15 +13,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from deploy.settings import load_settings
-from tests.conftest import free_port
 from tests.speed_layer.conftest import assert_exact, wait_caught_up
+from tests.support import CLICKS_PIPELINE, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +40,9 @@ def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait(check, what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
+def _wait(check: Callable[[], object], what: str, timeout: float = 240) -> None:
+    """``wait_for`` while the platform's HTTP server may not listen yet."""
+    wait_for(check, what, timeout, poll=0.3, ignoring=(httpx.TransportError,))
 
 
 def _count(http: httpx.Client, word: str) -> int | None:
@@ -114,31 +107,6 @@ def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
             _stop(process, port)
 
 
-CLICKS = '''
-from datetime import datetime
-from pyspark.sql import DataFrame, functions as F
-from shared_logic import Count, EventModel, Pipeline, Sum, View
-
-
-class Click(EventModel):
-    page: str
-    ms_on_page: int
-    event_time: datetime | None = None
-
-
-class Clicks(Pipeline):
-    name = "clicks"
-    event_model = Click
-    views = (View("page_views", keys=("section",), measures=(Count(), Sum("ms_on_page"))),)
-
-    def transform(self, events: DataFrame) -> DataFrame:
-        return events.withColumn("section", F.split("page", "/").getItem(1))
-
-
-pipeline = Clicks()
-'''
-
-
 def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
     """No sample events, no API keys set, the module in the current folder, the installed command:
     `up` keeps running and answers 503 "nothing published yet"; the first events are published
@@ -148,7 +116,7 @@ def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
 
     folder, port = tmp_path / "mine", free_port()
     folder.mkdir()
-    (folder / "clicks.py").write_text(CLICKS)
+    (folder / "clicks.py").write_text(CLICKS_PIPELINE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
     env.update({"LAMBDA_PIPELINE": "clicks", "LAMBDA_HTTP_PORT": str(port), "LAMBDA_BATCH_SCHEDULE": "1h",
                 "LAMBDA_SPARK_MASTER": "local[2]", "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5"})

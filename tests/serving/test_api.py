@@ -22,7 +22,6 @@ both are checked with nothing published, so they need no batch run.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -31,16 +30,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 import pytest
 
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
+from tests.support import ingest_file, key_url
 
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 NO_GENERATION = re.compile(r"no batch generation\b.*\bpublished", re.IGNORECASE)
@@ -63,27 +61,15 @@ class Published:
     views: dict[str, oracle.ViewTable]
 
 
-def ingest(settings: Settings, events: list[dict[str, Any]], file: Path) -> int:
-    with file.open("w", encoding="utf-8") as fh:
-        for event in events:
-            fh.write(json.dumps(event, ensure_ascii=False) + "\n")
-    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
-    return master.ingest_file(file).version
-
-
 def publish(spark: Any, settings: Settings, events: list[dict[str, Any]], tmp_path: Path, redis_url: str) -> Published:
     """Ingest ``events``, run the batch, and compute the oracle at the barrier's master version."""
-    ingest(settings, events, tmp_path / f"{settings.pipeline}.jsonl")
+    ingest_file(settings, events, tmp_path / f"{settings.pipeline}.jsonl")
     result = run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=redis_url)
     barrier = oracle.barrier_versions(settings.master_path)[-1]
     assert result.generation == barrier
     master_events = oracle.read_events(settings.master_path, barrier)
     return Published(settings, barrier, oracle.groups(settings.pipeline, master_events),
                      oracle.views(settings.pipeline, master_events))
-
-
-def key_url(view: str, key: str) -> str:
-    return f"/v1/views/{view}/keys/{quote(key, safe='')}"
 
 
 def utc(epoch: float) -> datetime:
@@ -300,7 +286,7 @@ def test_error_answers_name_what_is_wrong(spark: Any, make_settings: Callable[..
 
 def test_nothing_published_answers_503(make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")
-    ingest(settings, oracle.payments_events(random.Random(5), 20, START), tmp_path / "p.jsonl")  # ingested, no batch run
+    ingest_file(settings, oracle.payments_events(random.Random(5), 20, START), tmp_path / "p.jsonl")  # ingested, no batch run
     with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")

@@ -23,23 +23,14 @@ import pyarrow as pa
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master.dataset import MasterDataset
-from deploy.settings import Settings
 from serving.store.runs import RunRegistry
-from shared_logic.registry import load_pipeline
-from tests.deploy.test_scheduler import scheduler_thread
+from tests.support import ingest_texts, scheduler_thread
 
 TEXTS = ["the quick brown fox", "the lazy dog", "the fox"]
 #: Starting runs takes the ``admin`` scope; reads are open on loopback (serving.api.auth).
 KEY = "test-admin-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 KEYS = {KEY: ["admin"]}
-
-
-def ingest(settings: Settings, texts: list[str]) -> int:
-    pipeline = load_pipeline(settings.pipeline)
-    master = MasterDataset.open(settings, pipeline)
-    return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
 
 
 def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> dict[str, Any]:
@@ -54,7 +45,7 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> di
 
 def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:
     settings = make_settings()
-    version = ingest(settings, TEXTS)
+    version = ingest_texts(settings, TEXTS)
     with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client, \
             scheduler_thread(spark, settings):
         posted = client.post("/v1/batch/runs")

@@ -27,7 +27,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
-from tests.serving.test_api import ingest, key_url
+from tests.support import ingest_file, key_url
 
 PIPELINE = "tests.serving.int_pipeline"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -102,7 +102,7 @@ def check_orders(client: httpx.Client, events: list[dict[str, Any]]) -> None:
 
 
 def publish(spark: Any, settings: Settings, events: list[dict[str, Any]], file: Path) -> int:
-    ingest(settings, events, file)
+    ingest_file(settings, events, file)
     return run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url).generation
 
 

@@ -26,7 +26,8 @@ from serving.api.app import create_app
 from serving.api.metrics import EVENTS_INGESTED, route_template
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
-from tests.conftest import ApiServer, free_port
+from tests.conftest import ApiServer
+from tests.support import free_port
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"
 

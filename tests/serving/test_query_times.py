@@ -28,7 +28,7 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.serving.test_api import ingest, key_url
+from tests.support import ingest_file, key_url
 
 RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
 HOURLY = "spend_by_user_hourly"
@@ -90,7 +90,7 @@ def test_epoch_seconds_are_seconds_and_exact_at_the_ends_of_the_range(
     spark: Any, make_settings: Callable[..., Settings], redis_url: str, api: Callable[..., Any], tmp_path: Path
 ) -> None:
     settings = make_settings(pipeline="payments")
-    ingest(settings, EVENTS, tmp_path / "events.jsonl")
+    ingest_file(settings, EVENTS, tmp_path / "events.jsonl")
     run_batch(spark, settings, load_pipeline("payments"), redis_url=redis_url)
     with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
         def window(user: str, **params: str) -> tuple[str, str]:

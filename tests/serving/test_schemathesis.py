@@ -39,7 +39,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
-from tests.serving.test_api import ingest
+from tests.support import ingest_file
 
 KEY = "schemathesis-all-scopes-5d1e"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -81,7 +81,7 @@ def schemathesis(base_url: str, tmp_path: Path, *args: str, checks: str = "all")
 
 def published(spark: Any, make_settings: Callable[..., Settings], tmp_path: Path) -> Settings:
     settings = make_settings(pipeline="payments")
-    ingest(settings, oracle.payments_events(random.Random(3), 80, START, seconds=6 * 3600), tmp_path / "p.jsonl")
+    ingest_file(settings, oracle.payments_events(random.Random(3), 80, START, seconds=6 * 3600), tmp_path / "p.jsonl")
     run_batch(spark, settings, load_pipeline("payments"), redis_url=settings.redis_url)
     return settings
 

@@ -10,8 +10,6 @@ against the oracle at the version it names, and that versions only grow.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable
 from datetime import datetime, timezone
 
 import httpx
@@ -28,6 +26,7 @@ from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.speed_layer.conftest import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
+from tests.support import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +37,6 @@ READ_ITEMS = [("spend_by_user", user, None) for user in oracle.PAYMENT_USERS]
 
 def _ingest(master: MasterDataset, rng: random.Random, n: int) -> None:
     master.append(master.pipeline.schema.validate(oracle.payments_events(rng, n, START, seconds=3600)))
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _state(client: redis.Redis) -> str:
@@ -63,7 +55,7 @@ def test_after_redis_loses_its_data_versions_never_go_back(spark, make_settings,
     _ingest(master, rng, 40)
     with running_speed_layer(spark, settings), api(pipeline="payments") as server:
         # Nothing served yet: the speed layer waits, says why, and reads nothing.
-        _wait_for(lambda: _state(client).startswith("waiting for a batch generation"), "the speed layer to wait")
+        wait_for(lambda: _state(client).startswith("waiting for a batch generation"), "the speed layer to wait")
         assert spark.streams.active == [] and client.hget(KEYS.speed, "processed") is None
         first = run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
         _ingest(master, rng, 20)
@@ -76,7 +68,7 @@ def test_after_redis_loses_its_data_versions_never_go_back(spark, make_settings,
                 barrier = DeltaTable(str(settings.master_path)).version()
                 _ingest(master, rng, 10)
                 wait_caught_up(settings)
-                _wait_for(lambda: any(body["version"] > barrier for *_, body in reader.answers),
+                wait_for(lambda: any(body["version"] > barrier for *_, body in reader.answers),
                           "an answer above the barrier")
                 client.flushall()
 
@@ -84,7 +76,7 @@ def test_after_redis_loses_its_data_versions_never_go_back(spark, make_settings,
                     pytest.raises(PublishError, match="lost its data"):
                 run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
             assert client.get(KEYS.current) is None
-            _wait_for(lambda: _state(client).startswith("waiting for a batch generation"),
+            wait_for(lambda: _state(client).startswith("waiting for a batch generation"),
                       "the speed layer to wait after the loss")
             assert spark.streams.active == []
             answer = httpx.get(f"{server.base_url}/v1/views/spend_by_user/keys/alice")
@@ -95,6 +87,6 @@ def test_after_redis_loses_its_data_versions_never_go_back(spark, make_settings,
             _ingest(master, rng, 15)
             version = wait_caught_up(settings)
             assert _started_after(client) == second.generation, "the speed layer did not start after the generation"
-            _wait_for(lambda: any(body["version"] == version for *_, body in reader.answers), "an answer at the end")
+            wait_for(lambda: any(body["version"] == version for *_, body in reader.answers), "an answer at the end")
         assert assert_exact(server.base_url, settings, version) > 10
     assert reader.check() > 10

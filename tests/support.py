@@ -1,0 +1,151 @@
+"""Helpers that several test files need: free ports, polling, the command line, ingest, the scheduler.
+
+Plain functions, no fixtures (those live in the conftest files). Nothing here is a fake: ingest
+writes the real master dataset, the scheduler runs in a real thread with the session's Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import redis
+
+from batch_layer.master.dataset import IngestResult, MasterDataset
+from deploy.scheduler import run_scheduler
+from deploy.settings import Settings
+from serving.store.keys import Keys
+from serving.store.runs import BatchRun, RunRegistry
+from shared_logic.registry import load_pipeline
+
+T = TypeVar("T")
+
+#: The command line as a user runs it (``lambda-platform``), from this interpreter.
+CLI = (sys.executable, "-m", "deploy.cli")
+
+#: A user's own pipeline module (not in the project): clicks counted and summed per site section.
+CLICKS_PIPELINE = '''
+from datetime import datetime
+from pyspark.sql import DataFrame, functions as F
+from shared_logic import Count, EventModel, Pipeline, Sum, View
+
+
+class Click(EventModel):
+    page: str
+    ms_on_page: int
+    event_time: datetime | None = None
+
+
+class Clicks(Pipeline):
+    name = "clicks"
+    event_model = Click
+    views = (View("page_views", keys=("section",), measures=(Count(), Sum("ms_on_page"))),)
+
+    def transform(self, events: DataFrame) -> DataFrame:
+        return events.withColumn("section", F.split("page", "/").getItem(1))
+
+
+pipeline = Clicks()
+'''
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 180, *, poll: float = 0.1,
+             ignoring: tuple[type[BaseException], ...] = ()) -> T:
+    """Call ``check`` every ``poll`` seconds until it returns something truthy, and return that.
+
+    An exception of a type in ``ignoring`` counts as "not yet". AssertionError naming ``what`` once
+    ``timeout`` seconds have passed.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except ignoring:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(poll)
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``lambda-platform ARGS`` in a subprocess with ``env``; its exit code and output (text)."""
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def key_url(view: str, key: str) -> str:
+    """The API path of one key of a view (the key percent-encoded)."""
+    return f"/v1/views/{view}/keys/{quote(key, safe='')}"
+
+
+def ingest_file(settings: Settings, events: list[dict[str, Any]], file: Path) -> IngestResult:
+    """Write ``events`` as JSON Lines (UTF-8, non-ASCII kept) and ingest the file."""
+    with file.open("w", encoding="utf-8") as fh:
+        for event in events:
+            fh.write(json.dumps(event, ensure_ascii=False) + "\n")
+    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
+    return master.ingest_file(file)
+
+
+def ingest_texts(settings: Settings, texts: list[str]) -> int:
+    """Append wordcount events (one per text) in one commit; returns its master version."""
+    pipeline = load_pipeline(settings.pipeline)
+    master = MasterDataset.open(settings, pipeline)
+    return master.append(pipeline.schema.validate([{"text": t} for t in texts]))
+
+
+def registry(settings: Settings) -> RunRegistry:
+    """The batch-run registry of ``settings``' pipeline."""
+    return RunRegistry.from_url(settings.redis_url, load_pipeline(settings.pipeline).name)
+
+
+def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
+    """The recent runs (up to 100) in ``status``."""
+    return [r for r in runs.recent(limit=100)[1] if r.status == status]
+
+
+def served_generation(settings: Settings) -> int | None:
+    """The generation Redis serves for ``settings``' pipeline, None before the first publish."""
+    value = redis.Redis.from_url(settings.redis_url).get(Keys(settings.pipeline).current)
+    return None if value is None else int(value)
+
+
+@contextmanager
+def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler") -> Iterator[threading.Event]:
+    """``run_scheduler`` in a thread of this process (the session's SparkSession); stopped on exit."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_scheduler(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(180)
+        assert not thread.is_alive(), f"{name} did not stop"
+    if errors:
+        raise errors[0]
