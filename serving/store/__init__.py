@@ -1,4 +1,5 @@
-"""The views' store in Redis: key layout, Lua read scripts, clients, generations, the run registry.
+"""The views' store in Redis: key layout, Lua read scripts, clients (and their replies, typed),
+generations, the run registry (its record, scripts and registry).
 
 Below the batch and speed layers (they write here) and the HTTP API (it reads here); above the
 master dataset and ``shared_logic``. Nothing here imports pyspark except ``columns``, which the
