@@ -46,8 +46,9 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> di
 def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:
     settings = make_settings()
     version = ingest_texts(settings, TEXTS)
-    with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client, \
-            scheduler_thread(spark, settings):
+    with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
+        # Asked for before the scheduler starts: a scheduler that finds data and nothing served
+        # recomputes on its own at start, which would take the single-flight slot first.
         posted = client.post("/v1/batch/runs")
         assert posted.status_code == 202, posted.text
         run = posted.json()
@@ -59,35 +60,36 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
         assert again.json()["error"] == "ConflictError" and run["id"] in again.json()["detail"]
         assert again.headers["Location"] == f"/v1/batch/runs/{run['id']}"
 
-        done = wait_terminal(client, run["id"])
-        assert done["status"] == "succeeded", done
-        generation = done["generation"]
-        assert done["master_version"] == version and generation == version + 1
-        assert done["served"] is True and done["events"] == len(TEXTS)
-        assert done["rows"]["word_counts"] == len({w for t in TEXTS for w in t.split()})
-        assert done["duration_seconds"] > 0 and done["error"] is None and done["owner"]
-        assert done["started_at"] >= done["requested_at"] and done["finished_at"] > done["started_at"]
+        with scheduler_thread(spark, settings):
+            done = wait_terminal(client, run["id"])
+            assert done["status"] == "succeeded", done
+            generation = done["generation"]
+            assert done["master_version"] == version and generation == version + 1
+            assert done["served"] is True and done["events"] == len(TEXTS)
+            assert done["rows"]["word_counts"] == len({w for t in TEXTS for w in t.split()})
+            assert done["duration_seconds"] > 0 and done["error"] is None and done["owner"]
+            assert done["started_at"] >= done["requested_at"] and done["finished_at"] > done["started_at"]
 
-        # The generation is served, and it is a barrier commit of the master dataset.
-        assert int(redis.Redis.from_url(settings.redis_url).get("lp:wordcount:current")) == generation
-        cdf = DeltaTable(str(settings.master_path)).load_cdf(starting_version=generation, ending_version=generation)
-        assert pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist() == ["barrier"]
-        answer = client.get("/v1/views/word_counts/keys/the").json()
-        assert answer["value"]["count"] == 3 and answer["generation"] == generation
+            # The generation is served, and it is a barrier commit of the master dataset.
+            assert int(redis.Redis.from_url(settings.redis_url).get("lp:wordcount:current")) == generation
+            cdf = DeltaTable(str(settings.master_path)).load_cdf(starting_version=generation, ending_version=generation)
+            assert pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist() == ["barrier"]
+            answer = client.get("/v1/views/word_counts/keys/the").json()
+            assert answer["value"]["count"] == 3 and answer["generation"] == generation
 
-        listed = client.get("/v1/batch/runs").json()
-        assert listed["pipeline"] == "wordcount" and listed["active"] is None
-        assert [r["id"] for r in listed["runs"]] == [run["id"]]
-        assert len(listed["schedulers"]) == 1 and listed["schedulers"][0]["schedule"] is None
+            listed = client.get("/v1/batch/runs").json()
+            assert listed["pipeline"] == "wordcount" and listed["active"] is None
+            assert [r["id"] for r in listed["runs"]] == [run["id"]]
+            assert len(listed["schedulers"]) == 1 and listed["schedulers"][0]["schedule"] is None
 
-        # Nothing changed since: the next run asked for is recorded as skipped, newest first.
-        skipped = client.post("/v1/batch/runs")
-        assert skipped.status_code == 202
-        skip = wait_terminal(client, skipped.json()["id"])
-        assert skip["status"] == "skipped" and skip["generation"] == generation
-        assert "has not changed since generation" in skip["skip_reason"]
-        assert [r["id"] for r in client.get("/v1/batch/runs").json()["runs"]] == [skip["id"], run["id"]]
-    assert DeltaTable(str(settings.master_path)).version() == generation, "a skip appends no barrier"
+            # Nothing changed since: the next run asked for is recorded as skipped, newest first.
+            skipped = client.post("/v1/batch/runs")
+            assert skipped.status_code == 202
+            skip = wait_terminal(client, skipped.json()["id"])
+            assert skip["status"] == "skipped" and skip["generation"] == generation
+            assert "has not changed since generation" in skip["skip_reason"]
+            assert [r["id"] for r in client.get("/v1/batch/runs").json()["runs"]] == [skip["id"], run["id"]]
+        assert DeltaTable(str(settings.master_path)).version() == generation, "a skip appends no barrier"
 
 
 def test_concurrent_posts_admit_exactly_one_run(api) -> None:
