@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, Transaction
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql.pandas.types import from_arrow_schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -99,7 +99,7 @@ class DeltaRsEngine:
         if (table.transaction_version(app_id) or -1) >= app_version:
             return None
         now_ms = int(time.time() * 1000)
-        actions = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(
                 path=relative(file, path),
                 size=file_size(file),
