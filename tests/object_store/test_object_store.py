@@ -150,3 +150,14 @@ def test_s3a_jars_only_for_s3_tables_and_never_the_sdk_bundle(tmp_path: Path, mo
         assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
         assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
         assert not any("secret" in key.lower() or SECRET in value for key, value in conf.items())
+
+
+def test_up_hands_its_children_the_secret_itself_not_its_mask(s3_settings) -> None:
+    """``up`` passes every setting to its children as LAMBDA_* variables: the S3 secret must arrive as
+    the secret (a SecretStr's str() is its mask, with which every child would fail to authenticate)."""
+    from deploy.launcher import _env
+
+    settings = s3_settings(pipeline=PIPELINE)
+    env = _env(settings, str(settings.redis_url))
+    assert env["LAMBDA_S3_SECRET_ACCESS_KEY"] == SECRET
+    assert env["LAMBDA_TABLES_URI"] == settings.tables_uri
