@@ -161,3 +161,26 @@ def test_up_hands_its_children_the_secret_itself_not_its_mask(s3_settings) -> No
     env = _env(settings, str(settings.redis_url))
     assert env["LAMBDA_S3_SECRET_ACCESS_KEY"] == SECRET
     assert env["LAMBDA_TABLES_URI"] == settings.tables_uri
+
+
+def test_speed_layer_source_reads_the_master_on_s3(s3_settings) -> None:
+    """The speed layer's Python streaming source (delta-rs engine) plans and reads versions of a
+    master dataset on S3: offsets, the row cap from the commits' statistics, the rows with ``_version``
+    (called as Spark calls it on the driver and the executors, without a JVM)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from speed_layer.source import MasterChangesReader, master_schema_option
+
+    settings = s3_settings(pipeline=PIPELINE)
+    master = MasterDataset.open(settings, load_pipeline(PIPELINE))
+    versions = [master.append(pa.Table.from_pylist(
+        [{**e, "user_id": f"v{i}", "event_time": None, "_kind": "event"} for e in _events(2)], schema=master.schema))
+        for i in range(3)]
+    reader = MasterChangesReader({"path": settings.master_uri, "schema_json": master_schema_option(master.schema)})
+    assert reader.reportLatestOffset() == {"version": versions[-1]}
+    end = reader.latestOffset({"version": 0}, ReadMaxRows(4))
+    assert end == {"version": versions[1]}, "the row cap (4 rows = 2 commits) read from S3 commit statistics"
+    rows = [row for part in reader.partitions({"version": 0}, end) for batch in reader.read(part)
+            for row in batch.to_pylist()]
+    assert sorted((r["user_id"], r["_version"]) for r in rows) == sorted(
+        (f"v{i}", versions[i]) for i in range(2) for _ in range(2))
