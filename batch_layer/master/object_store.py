@@ -104,11 +104,6 @@ def spark_uri(location: Location) -> str:
     return "s3a://" + uri[len("s3://"):] if is_object_store(uri) else uri
 
 
-def from_spark_uri(uri: str) -> str:
-    """The inverse of :func:`spark_uri` (also accepts the ``file:`` URIs Spark reports)."""
-    return table_uri(uri)
-
-
 def filesystem(location: Location) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem for ``location`` and the path of ``location`` on it."""
     uri = table_uri(location)
