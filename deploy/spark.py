@@ -72,6 +72,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
 
     python = executor_python(settings)
     check_local_python(python)
+    os.environ.update(settings.object_store_env())  # S3A and local Python workers inherit them
     os.environ["PYSPARK_PYTHON"] = python  # what PySpark's Python functions name as their worker
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
@@ -85,7 +86,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config(map=engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
-                                      snapshot_partitions=settings.spark_shuffle_partitions))
+                                      snapshot_partitions=settings.spark_shuffle_partitions,
+                                      tables=settings.tables_root))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
@@ -111,8 +113,14 @@ def _is_local(settings: Settings) -> bool:
 
 
 def _cluster_conf(settings: Settings) -> dict[str, str]:
-    """Spark settings for the executors' environment (a packed environment, when one is given)."""
-    return {"spark.archives": settings.spark_archives} if settings.spark_archives else {}
+    """Spark settings for the executors' environment: a packed environment, when one is given, and on a
+    cluster with tables on object storage the LAMBDA_S3_* credentials as the executors' AWS_* variables
+    (Spark redacts values of keys matching ``spark.redaction.regex``, "secret" and "access.key" among them,
+    in its UI, event log and logs). Executors with their own credentials (an instance role): leave them unset."""
+    conf = {"spark.archives": settings.spark_archives} if settings.spark_archives else {}
+    if settings.tables_on_object_store and not _is_local(settings):
+        conf.update({f"spark.executorEnv.{name}": value for name, value in settings.object_store_env().items()})
+    return conf
 
 
 def _ship_code(spark: SparkSession, settings: Settings, python: str) -> None:

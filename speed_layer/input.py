@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from batch_layer.master.object_store import table_uri
 from batch_layer.master.storage import SparkStorage
 from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
 
@@ -45,7 +46,7 @@ def master_changes(spark: SparkSession, master: MasterDataset, settings: SpeedCo
     spark.dataSource.register(MasterChangesSource)
     return (
         spark.readStream.format(SOURCE_NAME)
-        .option("path", str(master.path))
+        .option("path", table_uri(master.path))
         .option("schema_json", master_schema_option(master.schema))
         .option("starting_version", str(starting))
         .option("max_versions_per_trigger", str(settings.speed_max_versions_per_trigger))

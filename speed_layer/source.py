@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,7 +88,7 @@ class MasterChangesReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
     def _latest(self) -> int:
-        latest = newest_version(Path(self.path))
+        latest = newest_version(self.path)
         if latest is None:
             raise DeltaLogError(f"no master dataset at {self.path}: the speed layer reads an existing table")
         return latest
@@ -108,7 +107,7 @@ class MasterChangesReader(DataSourceStreamReader):
         """The last version such that versions first..it hold at most ``max_rows`` rows (at least one version)."""
         total = 0
         for version in range(first, end + 1):
-            total += _rows_in_commit(Path(self.path), version)
+            total += _rows_in_commit(self.path, version)
             if total > max_rows and version > first:
                 return version - 1
         return end
@@ -143,7 +142,7 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
             yield rows
 
 
-def _rows_in_commit(path: Path, version: int) -> int:
+def _rows_in_commit(path: str, version: int) -> int:
     """Rows a commit adds with data change, from its add actions' statistics (0 for compactions)."""
     commit = read_commit(path, version)
     if commit is None:

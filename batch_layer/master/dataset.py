@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
 from batch_layer.master.engines import get_engine
+from batch_layer.master.object_store import Location
 from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
@@ -51,7 +52,9 @@ class MasterConfig(Protocol):
     """
 
     @property
-    def master_path(self) -> Path: ...
+    def master_uri(self) -> str:
+        """The table's location: an absolute local path or an ``s3://`` URI (``object_store``)."""
+        ...
 
     @property
     def storage_engine(self) -> str: ...
@@ -60,14 +63,14 @@ class MasterConfig(Protocol):
 class MasterDataset:
     """The pipeline's master dataset on a storage engine."""
 
-    def __init__(self, path: Path, pipeline: Pipeline, engine: StorageEngine) -> None:
+    def __init__(self, path: Location, pipeline: Pipeline, engine: StorageEngine) -> None:
         self.path, self.pipeline, self.engine = path, pipeline, engine
         self.schema = pipeline.schema.arrow_schema()
 
     @classmethod
     def open(cls, config: MasterConfig, pipeline: Pipeline) -> MasterDataset:
         """The master dataset of ``pipeline`` where ``config`` says, on its engine (the one way to open it)."""
-        return cls(config.master_path, pipeline, get_engine(config.storage_engine))
+        return cls(config.master_uri, pipeline, get_engine(config.storage_engine))
 
     def ensure(self) -> None:
         """Create the table (change data feed on) if it does not exist yet."""

@@ -9,7 +9,9 @@ tolerated; bytes are decoded as UTF-8 whatever the locale.
 
 Every module that needs the log reads it here; nothing else opens ``_delta_log`` files. Works for
 any Delta table, whichever engine wrote it (the newest version and the change feed are read
-through delta-rs, which reads every Delta table).
+through delta-rs, which reads every Delta table), wherever it lives: a location is a local path or
+an ``s3://`` URI (``batch_layer.master.object_store``); commit files are read through its filesystem
+and every delta-rs handle is opened here, by :func:`open_table`, with the location's storage options.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from batch_layer.errors import StorageError
+from batch_layer.master.object_store import Location, join, read_bytes, storage_options, table_uri
 
-__all__ = ["Commit", "DeltaLogError", "LogHead", "change_feed", "commit_path", "newest_version",
-           "parse_actions", "read_commit"]
+__all__ = ["Commit", "DeltaLogError", "LogHead", "change_feed", "commit_path", "commit_uri", "newest_version",
+           "open_table", "parse_actions", "read_commit"]
 
 
 class DeltaLogError(StorageError):
@@ -79,20 +82,31 @@ class Commit:
         return rows
 
 
-def commit_path(table: Path, version: int) -> Path:
-    """The commit file of ``version`` in the log of the table at ``table``."""
-    return table / "_delta_log" / f"{version:020d}.json"
+def open_table(table: Location, version: int | None = None) -> DeltaTable:
+    """A delta-rs handle on the table at ``table`` (as of ``version``; default the newest), opened
+    with the location's storage options. Raises deltalake's TableNotFoundError when there is none."""
+    uri = table_uri(table)
+    return DeltaTable(uri, version=version, storage_options=storage_options(uri) or None)
 
 
-def read_commit(table: Path, version: int) -> Commit | None:
+def commit_path(table: Path | str, version: int) -> Path:
+    """The commit file of ``version`` in the log of the local table at ``table``."""
+    return Path(table) / "_delta_log" / f"{version:020d}.json"
+
+
+def commit_uri(table: Location, version: int) -> str:
+    """The commit file of ``version`` in the log of the table at ``table``, local path or URI."""
+    return join(table, "_delta_log", f"{version:020d}.json")
+
+
+def read_commit(table: Location, version: int) -> Commit | None:
     """Commit ``version`` of the table at ``table``; None when its file is not in the log (not
     committed yet, or cleaned up after the log retention). Raises DeltaLogError on a malformed file."""
-    path = commit_path(table, version)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    uri = commit_uri(table, version)
+    data = read_bytes(uri)
+    if data is None:
         return None
-    return Commit(version, tuple(parse_actions(data, source=str(path))))
+    return Commit(version, tuple(parse_actions(data, source=uri)))
 
 
 def parse_actions(data: bytes, *, source: str = "commit file") -> list[dict[str, Any]]:
@@ -111,10 +125,10 @@ def parse_actions(data: bytes, *, source: str = "commit file") -> list[dict[str,
     return actions
 
 
-def newest_version(table: Path) -> int | None:
+def newest_version(table: Location) -> int | None:
     """The newest committed version of the table at ``table``, or None when there is no table."""
     try:
-        return DeltaTable(str(table)).version()
+        return open_table(table).version()
     except TableNotFoundError:
         return None
 
@@ -124,7 +138,7 @@ class LogHead:
     last look (cheaper than :func:`newest_version` for a caller that asks again and again).
     Not thread-safe: one caller at a time."""
 
-    def __init__(self, table: Path) -> None:
+    def __init__(self, table: Location) -> None:
         self.table = table
         self._handle: DeltaTable | None = None
 
@@ -133,7 +147,7 @@ class LogHead:
         is no table yet."""
         try:
             if self._handle is None:
-                self._handle = DeltaTable(str(self.table))
+                self._handle = open_table(self.table)
             elif refresh:
                 self._handle.update_incremental()
         except TableNotFoundError:
@@ -141,10 +155,10 @@ class LogHead:
         return self._handle.version()
 
 
-def change_feed(table: Path | str, first: int, last: int) -> Iterator[pa.RecordBatch]:
+def change_feed(table: Location, first: int, last: int) -> Iterator[pa.RecordBatch]:
     """The change data feed of versions ``first..last`` (both inclusive), as delta-rs gives it:
     the table's columns plus ``_change_type``, ``_commit_version``, ``_commit_timestamp``, in log
     order (types as delta-rs yields them, e.g. string_view; cast before compute). Compaction
     commits carry no change data. Needs ``delta.enableChangeDataFeed`` set at creation."""
-    stream = DeltaTable(str(table)).load_cdf(starting_version=first, ending_version=last)
+    stream = open_table(table).load_cdf(starting_version=first, ending_version=last)
     yield from pa.RecordBatchReader.from_stream(stream)

@@ -1,23 +1,38 @@
-"""The embedded storage engine: Delta tables written by delta-rs, snapshots read by Spark's parquet reader."""
+"""The embedded storage engine: Delta tables written by delta-rs, snapshots read by Spark's parquet reader.
+
+Tables live at a local path or an ``s3://`` URI (``batch_layer.master.object_store``); handles are
+opened by ``delta_log.open_table`` with the location's storage options. On S3 a commit is a
+conditional put of the commit file: a concurrent writer's commit of the same version is refused by
+the server (412) and delta-rs retries at the next version, so concurrent appends lose nothing.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, Transaction
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql.pandas.types import from_arrow_schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from batch_layer.errors import StorageError
-from batch_layer.master.delta_log import read_commit
+from batch_layer.master.delta_log import open_table, read_commit
+from batch_layer.master.object_store import (
+    Location,
+    file_size,
+    filesystem,
+    make_folder,
+    relative,
+    spark_uri,
+    storage_options,
+    table_uri,
+)
 from batch_layer.master.storage import CommitConflictError, CommittedTransaction, CompactionResult
 
 if TYPE_CHECKING:
@@ -35,25 +50,27 @@ _retry_io = retry(
 class DeltaRsEngine:
     """Delta Lake through delta-rs (the ``deltalake`` package): no JVM jars needed."""
 
-    def ensure_table(self, path: Path, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
+    def ensure_table(self, path: Location, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
         if self.latest_version(path) is not None:
             return
-        path.mkdir(parents=True, exist_ok=True)
+        make_folder(path)
         config = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
+        uri = table_uri(path)
         try:
-            DeltaTable.create(str(path), schema, mode="ignore", name=name, configuration=config)
+            DeltaTable.create(uri, schema, mode="ignore", name=name, configuration=config,
+                              storage_options=storage_options(uri) or None)
         except DeltaError as e:
             if self.latest_version(path) is None:  # lost a creation race only if the table now exists
                 raise StorageError(f"cannot create Delta table at {path}: {e}") from e
 
-    def latest_version(self, path: Path) -> int | None:
+    def latest_version(self, path: Location) -> int | None:
         try:
-            return DeltaTable(str(path)).version()
+            return open_table(path).version()
         except TableNotFoundError:
             return None
 
     @_retry_io
-    def append(self, path: Path, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         table = self._open(path)
@@ -62,49 +79,49 @@ class DeltaRsEngine:
             pairs.insert(0, (app_id, app_version))
         return _append(table, data, pairs, metadata)
 
-    def appender(self, path: Path) -> DeltaRsAppender:
+    def appender(self, path: Location) -> DeltaRsAppender:
         return DeltaRsAppender(path, self._open(path))
 
-    def transaction_version(self, path: Path, app_id: str) -> int | None:
+    def transaction_version(self, path: Location, app_id: str) -> int | None:
         return self._open(path).transaction_version(app_id)
 
-    def snapshot(self, spark: SparkSession, path: Path, version: int, schema: pa.Schema) -> DataFrame:
-        files = self._open(path, version).file_uris()
+    def snapshot(self, spark: SparkSession, path: Location, version: int, schema: pa.Schema) -> DataFrame:
+        files = [spark_uri(uri) for uri in self._open(path, version).file_uris()]
         spark_schema = from_arrow_schema(schema)
         if not files:
             return spark.createDataFrame([], spark_schema)
         return spark.read.schema(spark_schema).parquet(*files)
 
     @_retry_io
-    def commit_files(self, path: Path, files: Sequence[Path], schema: pa.Schema, *, app_id: str,
+    def commit_files(self, path: Location, files: Sequence[Location], schema: pa.Schema, *, app_id: str,
                      app_version: int, metadata: Mapping[str, str]) -> int | None:
         table = self._open(path)
         if (table.transaction_version(app_id) or -1) >= app_version:
             return None
         now_ms = int(time.time() * 1000)
-        actions = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(
-                path=f.relative_to(path).as_posix(),
-                size=f.stat().st_size,
+                path=relative(file, path),
+                size=file_size(file),
                 partition_values={},
                 modification_time=now_ms,
                 data_change=True,
-                stats=json.dumps({"numRecords": pq.read_metadata(f).num_rows}),
+                stats=json.dumps({"numRecords": parquet_rows(file)}),
             )
-            for f in files
+            for file in files
         ]
         props = CommitProperties(custom_metadata=dict(metadata), app_transactions=[Transaction(app_id, app_version)])
         table.create_write_transaction(actions, mode="overwrite", schema=schema, commit_properties=props)
         return table.version()
 
     @staticmethod
-    def _open(path: Path, version: int | None = None) -> DeltaTable:
+    def _open(path: Location, version: int | None = None) -> DeltaTable:
         try:
-            return DeltaTable(str(path), version=version)
+            return open_table(path, version)
         except TableNotFoundError as e:
             raise StorageError(f"no Delta table at {path}") from e
 
-    def compact(self, path: Path, *, target_size: int | None = None,
+    def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
         """OPTIMIZE (bin-packing compaction) in one commit that changes no data (``dataChange = false``).
 
@@ -133,12 +150,12 @@ class DeltaRsAppender:
     commits, 100 by default), when there is only a commit or so to replay.
     """
 
-    def __init__(self, path: Path, table: DeltaTable) -> None:
+    def __init__(self, path: Location, table: DeltaTable) -> None:
         self.path = path
         self._open(table)
 
     def _open(self, table: DeltaTable | None = None) -> None:
-        self._table = table if table is not None else DeltaTable(str(self.path))
+        self._table = table if table is not None else open_table(self.path)
         interval = self._table.metadata().configuration.get("delta.checkpointInterval")
         self._interval = int(interval) if interval else 100
         self._opened_at = self._table.version()
@@ -188,3 +205,9 @@ def _append(table: DeltaTable, data: pa.Table | pa.RecordBatchReader, txns: Sequ
     # After the write the handle's state is exactly the version this commit landed at,
     # even when other processes commit concurrently (checked against the commit files).
     return table.version()
+
+
+def parquet_rows(file: Location) -> int:
+    """Rows of the parquet file at ``file`` (from its footer), local or on object storage."""
+    fs, where = filesystem(file)
+    return pq.read_metadata(where, filesystem=fs).num_rows

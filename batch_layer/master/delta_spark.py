@@ -20,7 +20,14 @@ so concurrent writers, in this process or others, cannot be mistaken for ours.
 On a local folder JVM Delta commits through Hadoop's rename, which checks that the commit file
 does not exist and then renames (``HDFSLogStore``): a delta-rs commit of the same version landing
 between the two would be overwritten. delta-rs itself commits with an atomic no-replace rename.
-Storage with atomic put-if-absent (HDFS, or object stores with conditional puts) closes the gap.
+
+On object storage (``s3://``) JVM Delta's LogStore is ``S3SingleDriverLogStore``: a JVM-local lock,
+a HEAD, then a plain PUT of the commit file, safe only among the writers of one driver. The master
+dataset has many writers (HTTP ingest in every API process, batch runs, compaction), so there every
+commit to a table this engine appends to, ingests into or compacts goes through delta-rs, whose
+commits are conditional puts (refused, not overwritten, when another writer got the version first);
+JVM Delta reads the master (snapshots, the change feed) and writes only the gold tables, which have
+one writer at a time (single-flight batch runs). See ``is_object_store`` checks below.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import StorageError
+from batch_layer.master.delta_log import open_table
 from batch_layer.master.delta_rs import DeltaRsEngine
+from batch_layer.master.object_store import Location, is_object_store, spark_uri
 from batch_layer.master.spark_ingest import committed_version
 from batch_layer.master.storage import CommitConflictError, CompactionResult, GenerationCommit
 
@@ -113,7 +122,7 @@ class DeltaSparkEngine:
 
     # -- the StorageEngine protocol ------------------------------------------------------------
 
-    def ensure_table(self, path: Path, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
+    def ensure_table(self, path: Location, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
         if self.latest_version(path) is not None:
             return
         spark = self._spark or running_spark()
@@ -132,10 +141,10 @@ class DeltaSparkEngine:
             if self.latest_version(path) is None:
                 raise StorageError(f"cannot create Delta table at {path}: {e}") from e
 
-    def latest_version(self, path: Path) -> int | None:
+    def latest_version(self, path: Location) -> int | None:
         return self._rs.latest_version(path)
 
-    def append(self, path: Path, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         """One commit; through JVM Delta when this process runs Spark, else through delta-rs.
@@ -145,7 +154,7 @@ class DeltaSparkEngine:
         nothing and raises CommitConflictError (Delta skips a ``txnVersion`` it has seen).
         """
         spark = self._spark or running_spark()
-        if spark is None or app_transactions:
+        if spark is None or app_transactions or is_object_store(path):  # see the module docstring
             return self._rs.append(path, data, app_id=app_id, app_version=app_version, metadata=metadata,
                                    app_transactions=app_transactions)
         table = data.read_all() if isinstance(data, pa.RecordBatchReader) else data
@@ -162,25 +171,25 @@ class DeltaSparkEngine:
                                       f"{app_version} is already recorded")
         return version
 
-    def appender(self, path: Path) -> DeltaRsAppender:
+    def appender(self, path: Location) -> DeltaRsAppender:
         """HTTP ingest's low-latency writer stays on delta-rs (see the module docstring)."""
         return self._rs.appender(path)
 
-    def transaction_version(self, path: Path, app_id: str) -> int | None:
+    def transaction_version(self, path: Location, app_id: str) -> int | None:
         return self._rs.transaction_version(path, app_id)
 
-    def snapshot(self, spark: SparkSession, path: Path, version: int, schema: pa.Schema) -> DataFrame:
+    def snapshot(self, spark: SparkSession, path: Location, version: int, schema: pa.Schema) -> DataFrame:
         rows = spark.read.format("delta").option("versionAsOf", version).load(_uri(path))
         return rows.select(*schema.names)
 
-    def commit_files(self, path: Path, files: Sequence[Path], schema: pa.Schema, *, app_id: str,
+    def commit_files(self, path: Location, files: Sequence[Location], schema: pa.Schema, *, app_id: str,
                      app_version: int, metadata: Mapping[str, str]) -> int | None:
         """Protocol completeness: this engine's gold generations use :meth:`write_generation`."""
         return self._rs.commit_files(path, files, schema, app_id=app_id, app_version=app_version, metadata=metadata)
 
     # -- Spark-side operations (batch_layer.master.storage.SparkStorage) ------------------------------
 
-    def write_generation(self, rows: DataFrame, path: Path, *, app_id: str, app_version: int,
+    def write_generation(self, rows: DataFrame, path: Location, *, app_id: str, app_version: int,
                          metadata: Mapping[str, str]) -> GenerationCommit | None:
         """Replace the table's content with ``rows`` in one commit recording (app_id, app_version);
         None, committing nothing, when that transaction (or a later one) is already recorded.
@@ -202,24 +211,27 @@ class DeltaSparkEngine:
             raise StorageError(f"generation {app_version} of {path}: the commit was not found in the table's history")
         return GenerationCommit(int(found[0]["version"]), int(found[0]["operationMetrics"].get("numOutputRows", 0)))
 
-    def read_version(self, spark: SparkSession, path: Path, version: int) -> DataFrame:
+    def read_version(self, spark: SparkSession, path: Location, version: int) -> DataFrame:
         """The table as of ``version`` (all its columns)."""
         return spark.read.format("delta").option("versionAsOf", version).load(_uri(path))
 
-    def ingest_json_lines(self, path: Path, file: Path, schema: EventSchema, *,
+    def ingest_json_lines(self, path: Location, file: Path, schema: EventSchema, *,
                           metadata: Mapping[str, str]) -> SparkIngest | None:
         """Read, validate and append a JSON Lines file by Spark in one commit (None without Spark)."""
         spark = self._spark or running_spark()
-        if spark is None:
+        if spark is None or is_object_store(path):  # commits on object storage: delta-rs (module docstring)
             return None
         from batch_layer.master.spark_ingest import ingest_json_lines
 
         return ingest_json_lines(spark, _uri(path), file, schema, metadata=metadata)
 
-    def compact(self, path: Path, *, target_size: int | None = None,
+    def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
         """OPTIMIZE (bin-packing) in one commit that changes no data (``dataChange = false``, so the
-        change feed skips it); ``version`` None when there was nothing to compact."""
+        change feed skips it); ``version`` None when there was nothing to compact. On object storage
+        delta-rs compacts (its commit is a conditional put, see the module docstring)."""
+        if is_object_store(path):
+            return self._rs.compact(path, target_size=target_size, metadata=metadata)
         from delta.tables import DeltaTable
 
         session = self.session("compact a table").newSession()
@@ -231,7 +243,7 @@ class DeltaSparkEngine:
         removed, added = int(row["metrics"]["numFilesRemoved"]), int(row["metrics"]["numFilesAdded"])
         return CompactionResult(committed_version(session) if removed else None, removed, added)
 
-    def vacuum(self, path: Path, *, retention_hours: float, enforce_retention: bool = True) -> None:
+    def vacuum(self, path: Location, *, retention_hours: float, enforce_retention: bool = True) -> None:
         """Delete files no version within ``retention_hours`` needs (Delta's own rules).
 
         ``enforce_retention=False`` allows a retention below the table's
@@ -245,7 +257,7 @@ class DeltaSparkEngine:
             session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
         DeltaTable.forPath(session, _uri(path)).vacuum(retention_hours)
 
-    def change_stream(self, spark: SparkSession, path: Path, schema: pa.Schema, *, after: int,
+    def change_stream(self, spark: SparkSession, path: Location, schema: pa.Schema, *, after: int,
                       version_column: str, max_files: int, max_rows: int | None) -> DataFrame:
         """Rows inserted after version ``after``, streaming, as ``schema``'s columns + ``version_column``.
 
@@ -263,16 +275,16 @@ class DeltaSparkEngine:
         return changes.where(inserted).select(*schema.names, F.col("_commit_version").alias(version_column))
 
 
-def _uri(path: Path) -> str:
-    return str(path)
+def _uri(path: Location) -> str:
+    """The table as Spark names it (``s3a://`` on object storage, see ``object_store.spark_uri``)."""
+    return spark_uri(path)
 
 
-def _bytes_per_row(path: Path) -> int:
+def _bytes_per_row(path: Location) -> int:
     """Average parquet bytes per row of the table's current files (64 when it has no row statistics)."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    actions = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    actions = pa.table(open_table(path).get_add_actions(flatten=True))
     if actions.num_rows == 0 or not {"num_records", "size_bytes"} <= set(actions.column_names):
         return 64
     rows = pc.sum(actions.column("num_records")).as_py() or 0

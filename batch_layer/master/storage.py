@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from batch_layer.errors import StorageError
+from batch_layer.master.object_store import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,13 +88,13 @@ class Appender(Protocol):
 class StorageEngine(Protocol):
     """Delta Lake operations the platform needs. Every write is one atomic Delta commit."""
 
-    def ensure_table(self, path: Path, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
+    def ensure_table(self, path: Location, schema: pa.Schema, *, name: str, change_feed: bool) -> None:
         """Create the table if it does not exist (safe when several processes race to create it)."""
 
-    def latest_version(self, path: Path) -> int | None:
+    def latest_version(self, path: Location) -> int | None:
         """The newest committed version, or None when there is no table at ``path``."""
 
-    def append(self, path: Path, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         """Append ``data`` in one commit and return its version.
@@ -104,24 +105,24 @@ class StorageEngine(Protocol):
         (group commit of several requests, each with its own id).
         """
 
-    def appender(self, path: Path) -> Appender:
+    def appender(self, path: Location) -> Appender:
         """A long-lived writer for the existing table at ``path`` (see :class:`Appender`)."""
 
-    def transaction_version(self, path: Path, app_id: str) -> int | None:
+    def transaction_version(self, path: Location, app_id: str) -> int | None:
         """The last application-transaction version committed for ``app_id``, or None."""
 
-    def snapshot(self, spark: SparkSession, path: Path, version: int, schema: pa.Schema) -> DataFrame:
+    def snapshot(self, spark: SparkSession, path: Location, version: int, schema: pa.Schema) -> DataFrame:
         """The table as of ``version``, read by Spark (distributed)."""
 
-    def commit_files(self, path: Path, files: Sequence[Path], schema: pa.Schema, *, app_id: str,
+    def commit_files(self, path: Location, files: Sequence[Location], schema: pa.Schema, *, app_id: str,
                      app_version: int, metadata: Mapping[str, str]) -> int | None:
-        """Replace the table's content with parquet ``files`` (written under ``path``) in one commit.
+        """Replace the table's content with parquet ``files`` (written under ``path``; URIs or paths) in one commit.
 
         Idempotent per (app_id, app_version): returns None, committing nothing, when that
         transaction is already in the log.
         """
 
-    def compact(self, path: Path, *, target_size: int | None = None,
+    def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
         """Rewrite small files into larger ones in one commit that changes no data (``dataChange = false``,
         so change-feed readers skip it); safe alongside concurrent appends."""
@@ -147,31 +148,31 @@ class SparkStorage(Protocol):
     """Operations of an engine whose Delta runs inside Spark (delta-spark): Spark writes and reads
     the tables itself, distributed, with Delta's own transactions."""
 
-    def write_generation(self, rows: DataFrame, path: Path, *, app_id: str, app_version: int,
+    def write_generation(self, rows: DataFrame, path: Location, *, app_id: str, app_version: int,
                          metadata: Mapping[str, str]) -> GenerationCommit | None:
         """Replace the table's content with ``rows`` in one commit recording (app_id, app_version).
 
         Idempotent: None, committing nothing, when that transaction (or a later one) is recorded.
         """
 
-    def read_version(self, spark: SparkSession, path: Path, version: int) -> DataFrame:
+    def read_version(self, spark: SparkSession, path: Location, version: int) -> DataFrame:
         """The table as of ``version``."""
 
-    def ingest_json_lines(self, path: Path, file: Path, schema: EventSchema, *,
+    def ingest_json_lines(self, path: Location, file: Path, schema: EventSchema, *,
                           metadata: Mapping[str, str]) -> IngestedFile | None:
         """Append a JSON Lines file validated against ``schema`` in one commit: all of it, or on any
         bad line none of it (EventValidationError listing every problem by line and field, as
         ``MasterDataset.ingest_file``). None when this process runs no Spark (the caller ingests
         another way)."""
 
-    def compact(self, path: Path, *, target_size: int | None = None,
+    def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
         """As :meth:`StorageEngine.compact`, run by Spark."""
 
-    def vacuum(self, path: Path, *, retention_hours: float, enforce_retention: bool = True) -> None:
+    def vacuum(self, path: Location, *, retention_hours: float, enforce_retention: bool = True) -> None:
         """Delete files that no version within ``retention_hours`` needs."""
 
-    def change_stream(self, spark: SparkSession, path: Path, schema: pa.Schema, *, after: int,
+    def change_stream(self, spark: SparkSession, path: Location, schema: pa.Schema, *, after: int,
                       version_column: str, max_files: int, max_rows: int | None) -> DataFrame:
         """Rows inserted after version ``after`` as a streaming DataFrame: ``schema``'s columns and
         ``version_column``, the commit that added the row."""

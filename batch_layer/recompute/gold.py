@@ -7,6 +7,9 @@ for the same V is a no-op. Older generations stay reachable by time travel until
 
 - delta-rs engine: Spark writes the view's rows as parquet files into a fresh folder inside the
   table; one delta-rs commit makes them the table's content.
+
+A table is a location (a local path or an ``s3://`` URI, ``batch_layer.master.object_store``):
+Spark writes to it through its Hadoop filesystem (S3A), everything else reads it through pyarrow.
 - an engine whose Delta runs inside Spark (``SparkStorage``, delta-spark): Spark writes the
   generation itself (``txnAppId``/``txnVersion``), distributed, and reads it back by version.
 
@@ -18,12 +21,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from batch_layer.master.delta_rs import parquet_rows
+from batch_layer.master.object_store import Location, filesystem, join, list_files, spark_uri, table_uri
 from batch_layer.master.storage import SparkStorage, StorageEngine
 
 if TYPE_CHECKING:
@@ -36,7 +40,7 @@ APP_ID = "lambda-batch"
 class GoldGeneration:
     """One view's generation in its gold table: its row count, and how to read it."""
 
-    table: Path
+    table: str
     generation: int
     rows: int
     reader: Callable[[SparkSession], DataFrame] = field(repr=False, compare=False)
@@ -45,8 +49,9 @@ class GoldGeneration:
         return self.reader(spark)
 
 
-def write_generation(rows: DataFrame, table: Path, engine: StorageEngine, *, generation: int) -> GoldGeneration:
+def write_generation(rows: DataFrame, table: Location, engine: StorageEngine, *, generation: int) -> GoldGeneration:
     """Write ``rows`` as generation ``generation`` of the gold table at ``table`` (one Delta commit)."""
+    table = table_uri(table)
     metadata = {"lambda.generation": str(generation)}
     if isinstance(engine, SparkStorage):
         commit = engine.write_generation(rows, table, app_id=APP_ID, app_version=generation, metadata=metadata)
@@ -54,13 +59,17 @@ def write_generation(rows: DataFrame, table: Path, engine: StorageEngine, *, gen
             return GoldGeneration(table, generation, rows.count(), lambda spark: rows)
         return GoldGeneration(table, generation, commit.rows,
                               lambda spark: engine.read_version(spark, table, commit.version))
-    staging = table / f"gen-{generation:020d}-{uuid.uuid4().hex[:8]}"
-    rows.write.parquet(str(staging))
-    files = tuple(sorted(staging.glob("*.parquet")))
-    schema = pq.read_schema(files[0]) if files else to_arrow_schema(rows.schema, timezone="UTC")
+    staging = join(table, f"gen-{generation:020d}-{uuid.uuid4().hex[:8]}")
+    rows.write.parquet(spark_uri(staging))
+    files = [uri for uri, _ in list_files(staging, ".parquet")]
+    if files:
+        fs, first = filesystem(files[0])
+        schema = pq.read_schema(first, filesystem=fs)
+    else:
+        schema = to_arrow_schema(rows.schema, timezone="UTC")
     schema = schema.remove_metadata()
-    engine.ensure_table(table, schema, name=table.name, change_feed=False)
+    engine.ensure_table(table, schema, name=table.rsplit("/", 1)[-1], change_feed=False)
     engine.commit_files(table, files, schema, app_id=APP_ID, app_version=generation, metadata=metadata)
-    count = sum(pq.read_metadata(f).num_rows for f in files)
-    paths = [str(f) for f in files]
+    count = sum(parquet_rows(f) for f in files)
+    paths = [spark_uri(f) for f in files]
     return GoldGeneration(table, generation, count, lambda spark: spark.read.parquet(*paths))

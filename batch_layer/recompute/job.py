@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
+from batch_layer.master.object_store import join
 from batch_layer.recompute import publish
 from batch_layer.recompute.gold import write_generation
 from serving.store.columns import integral_parts
@@ -31,8 +32,6 @@ from serving.store.keys import Keys, row_parts
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,9 @@ class RecomputeConfig(MasterConfig, Protocol):
     """What a recompute needs besides the master dataset: where gold tables go, Redis load chunking."""
 
     @property
-    def gold_path(self) -> Path: ...
+    def gold_uri(self) -> str:
+        """The folder of the gold tables, one per view: a local path or an ``s3://`` URI."""
+        ...
 
     @property
     def redis_load_chunk(self) -> int: ...
@@ -71,7 +72,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     started = time.monotonic()
     run_id = run_id or uuid.uuid4().hex[:12]  # the scheduler passes its run's id: one id per run
     engine = get_engine(settings.storage_engine)
-    master = MasterDataset(settings.master_path, pipeline, engine)
+    master = MasterDataset(settings.master_uri, pipeline, engine)
     keys = Keys(pipeline.name)
     client = redis_client(redis_url)
 
@@ -88,7 +89,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
 
     view_rows: dict[str, int] = {}
     for view in pipeline.views:
-        gold = write_generation(view.aggregate(rows), settings.gold_path / view.name, engine, generation=generation)
+        gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine, generation=generation)
         log.info("run %s: view %s computed, %d rows written to gold", run_id, view.name, gold.rows)
         fault_point("after-gold")
         written = publish.load_view(

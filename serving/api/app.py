@@ -195,7 +195,7 @@ def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     )
     app.state.pipeline = pipeline
     app.state.settings = settings
-    app.state.master_clock = MasterClock(settings.master_path)
+    app.state.master_clock = MasterClock(settings.master_uri)
     install_error_handlers(app)
     install_metrics(app)
     app.add_middleware(AnswerOptions)

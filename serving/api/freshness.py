@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from batch_layer.master.delta_log import LogHead, read_commit
+from batch_layer.master.object_store import Location
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Freshness:
 class MasterClock:
     """The master dataset's newest version and commit times, read from its Delta log (cached briefly)."""
 
-    def __init__(self, path: Path, ttl: float = 0.5) -> None:
+    def __init__(self, path: Location, ttl: float = 0.5) -> None:
         self.path, self.ttl = path, ttl
         self._head = LogHead(path)
         self._read_at = 0.0
