@@ -248,7 +248,8 @@ def load_settings(**overrides: object) -> Settings:
 
     env_file = os.environ.get("LAMBDA_ENV_FILE", ".env")
     try:
-        settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg]
+        # Overrides are validated by pydantic at run time, like the environment; mypy cannot type **kwargs.
+        settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg, arg-type]
     except ValidationError as e:
         problems = "; ".join(
             f"LAMBDA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in e.errors()

@@ -68,7 +68,6 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     """
     from pyspark.sql import SparkSession
 
-    from batch_layer.master.engines import engine_spark_conf
 
     python = executor_python(settings)
     check_local_python(python)
@@ -85,9 +84,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
-        .config(map=engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
-                                      snapshot_partitions=settings.spark_shuffle_partitions,
-                                      tables=settings.tables_root))
+        .config(map=_engine_conf(settings))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
@@ -155,3 +152,11 @@ def _event_log_dir(value: str) -> str:
     folder = Path(parsed.path if parsed.scheme else value).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     return folder.as_uri()
+
+
+def _engine_conf(settings: Settings) -> dict[str, bool | float | int | str | None]:
+    """What the storage engine needs from Spark (typed as ``Builder.config(map=...)`` takes it)."""
+    from batch_layer.master.engines import engine_spark_conf
+
+    return {**engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
+                                snapshot_partitions=settings.spark_shuffle_partitions, tables=settings.tables_root)}

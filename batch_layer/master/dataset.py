@@ -123,7 +123,7 @@ class MasterDataset:
     def append_barrier(self, run_id: str) -> int:
         """Append a barrier row and return its version V: the version a batch run recomputes."""
         self.ensure()
-        row = {name: [None] for name in self.schema.names}
+        row: dict[str, list[str | None]] = {name: [None] for name in self.schema.names}
         row[KIND_COLUMN] = ["barrier"]
         barrier = pa.table(row, schema=self.schema)
         return self.engine.append(self.path, barrier.to_reader(), metadata={"lambda.barrier": run_id})
