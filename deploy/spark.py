@@ -68,7 +68,6 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     """
     from pyspark.sql import SparkSession
 
-
     python = executor_python(settings)
     check_local_python(python)
     os.environ.update(settings.object_store_env())  # S3A and local Python workers inherit them
