@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batch_recompute import event_chunks
+from _batch_data import event_chunks
 
 ENGINES = ("delta-rs", "delta-spark")
 

@@ -31,30 +31,19 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pyarrow as pa
-import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _harness import free_port, percentile, stop, wait_for
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
+from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def freshness(events: int, rate: float, data_dir: Path) -> None:
@@ -63,19 +52,19 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
     pipeline = load_pipeline("wordcount")
     master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
     master.append(pipeline.schema.validate([{"text": "warm up"}]))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": "wordcount",
            "LAMBDA_REDIS_URL": redis_url, "LAMBDA_HTTP_PORT": str(port)}
     cli = [sys.executable, "-m", "deploy.cli"]
     subprocess.run([*cli, "batch", "run"], env=env, check=True, capture_output=True)
     speed = subprocess.Popen([*cli, "speed", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     api = subprocess.Popen([*cli, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     try:
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=5) as http:
-            _wait(lambda: http.get("/readyz").status_code == 200, "the API")
-            _wait(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
+            wait_for(lambda: http.get("/readyz").status_code == 200, "the API")
+            wait_for(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
             delays: list[float] = []
             interval = 1.0 / rate
             next_at = time.monotonic()
@@ -90,28 +79,14 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
                 delays.append(time.monotonic() - acked)
                 next_at = max(next_at, time.monotonic())
         trigger = settings.speed_trigger_seconds
-        p50, p95 = statistics.median(delays), _percentile(delays, 0.95)
+        p50, p95 = statistics.median(delays), percentile(delays, 0.95)
         print(f"freshness over {len(delays)} events at {rate:g}/s, trigger {trigger:g} s:")
         print(f"  p50 {p50:.3f} s   p95 {p95:.3f} s   max {max(delays):.3f} s")
         print(f"  p95 / trigger interval = {p95 / trigger:.2f}   (target: p95 <= 2 s)")
     finally:
         for process in (speed, api):
-            process.terminate()
-            process.wait(60)
+            stop(process, timeout=60)
         stop_embedded_redis(settings.redis_dir)
-
-
-def _wait(ready, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if ready():
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not come up within {timeout}s")
-        time.sleep(0.2)
 
 
 def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:
@@ -166,7 +141,7 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
         view.aggregate(transformed).write.format("noop").mode("overwrite").save()
     baseline = time.perf_counter() - t
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     stop = threading.Event()
     worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
                               kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
