@@ -95,12 +95,12 @@ def embedded_redis(redis_dir: Path) -> Iterator[str]:
         stop_embedded_redis(redis_dir)
 
 
-def git_commit(*folders: str) -> tuple[str, list[str]]:
-    """(short HEAD of the checkout being run, tracked files under ``folders`` that differ from it)."""
+def git_commit(*folders: str, checkout: Path = ROOT) -> tuple[str, list[str]]:
+    """(short HEAD of ``checkout``, default the one being run; tracked files under ``folders`` that differ from it)."""
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", *folders],
+        status = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--", *folders],
                                 capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return "unknown", []
@@ -202,3 +202,40 @@ def print_medians(title: str, runs: dict[str, Sequence[float]], *, baseline: str
     print(f"  ({len(next(iter(runs.values())))} runs each, medians; {better} is better)")
     sys.stdout.flush()
     return med
+
+
+# --------------------------------------------------------------------------- whole commands side by side
+
+
+def figure(pattern: str, text: str) -> float | None:
+    """The first number ``pattern``'s group 1 captures in ``text`` (thousands commas allowed), or None."""
+    import re
+
+    match = re.search(pattern, text)
+    return float(match.group(1).replace(",", "")) if match else None
+
+
+def alternate(commands: dict[str, tuple[list[str], dict[str, str]]], figures: dict[str, str], *, repeat: int,
+              log_dir: Path, cwd: Path = ROOT, timeout: float = 1800.0) -> dict[str, dict[str, list[float]]]:
+    """Run each command once per round, in the same order every round (A B A B ...), so drift on a
+    shared machine hits each alike; read ``figures`` (name -> regex with one number group) from what
+    each run printed. Every run's output is kept in ``log_dir``. Returns command -> figure -> values."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    found: dict[str, dict[str, list[float]]] = {name: {f: [] for f in figures} for name in commands}
+    for round_ in range(1, repeat + 1):
+        for name, (argv, env) in commands.items():
+            log = log_dir / f"{name.replace(' ', '_').replace('/', '_')}-{round_}.log"
+            started = time.perf_counter()
+            with log.open("w") as out:
+                rc = subprocess.run(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    timeout=timeout).returncode
+            text = log.read_text()
+            values = {f: figure(pattern, text) for f, pattern in figures.items()}
+            missing = [f for f, v in values.items() if v is None]
+            if rc != 0 or missing:
+                raise SystemExit(f"{name} (round {round_}) exited {rc}, figures missing {missing}; see {log}")
+            for f, v in values.items():
+                found[name][f].append(v)  # type: ignore[arg-type]
+            shown = ", ".join(f"{f} {v:,.2f}" for f, v in values.items())  # type: ignore[str-format]
+            print(f"  round {round_} {name:<24} {shown}   ({time.perf_counter() - started:.0f} s)", flush=True)
+    return found

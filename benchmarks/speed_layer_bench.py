@@ -2,6 +2,7 @@
 
     python benchmarks/speed_layer_bench.py freshness [--events 240 --rate 4]
     python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
+    python benchmarks/speed_layer_bench.py compare [--events 500000 --versions 100 --users 1000 50000 --repeat 2]
 
 freshness: the speed layer (trigger at its default, 1 s) and the HTTP API run as in production
 (separate processes); events are ingested one commit each at a steady rate, and for each the time
@@ -13,6 +14,10 @@ throughput: a master dataset of N events in V commits is streamed from scratch b
 session: Spark reading the same parquet files and computing the same views (no Redis). Prints
 both rates and their ratio. Target: >= 100k events/s.
 
+compare: throughput of both speed-layer sources side by side, each run a ``throughput`` child
+process, the delta-rs engine (the Python source) and the delta-spark engine (Delta's own streaming
+source with the change data feed) in rotation, per user count; medians and ratios.
+
 Nothing is asserted; figures are printed.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,7 +40,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import free_port, percentile, stop, wait_for
+from _harness import alternate, free_port, percentile, print_medians, stop, wait_for
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
@@ -161,6 +167,37 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
     stop_embedded_redis(settings.redis_dir)
 
 
+SOURCES = {"delta-rs": "Python source (delta-rs)", "delta-spark": "Delta CDF source (delta-spark)"}
+THROUGHPUT_FIGURES = {"events/s": r"speed layer: ([\d,]+) events/s", "catch-up s": r"\(([\d.]+) s to catch up",
+                      "baseline events/s": r"baseline\s*: ([\d,]+) events/s"}
+
+
+def compare(args: argparse.Namespace) -> None:
+    """The throughput of both sources side by side: one child process per run (``throughput``), the
+    engines in rotation (rs jvm rs jvm ...) per user count; medians and the ratio to the Python source."""
+    root = Path(tempfile.mkdtemp(prefix="lambda-bench-compare-"))
+    print(f"speed-layer sources side by side: {args.events:,} events in {args.versions} commits, "
+          f"users {args.users}, {args.repeat} runs each in rotation; logs in {root}", flush=True)
+    try:
+        for users in args.users:
+            commands = {
+                SOURCES[engine]: ([sys.executable, __file__, "throughput", "--events", str(args.events), "--versions",
+                                   str(args.versions), "--users", str(users), "--storage-engine", engine],
+                                  {**os.environ})
+                for engine in SOURCES
+            }
+            print(f"\n{users:,} users", flush=True)
+            found = alternate(commands, THROUGHPUT_FIGURES, repeat=args.repeat, log_dir=root / f"users-{users}")
+            print_medians(f"speed-layer throughput, {users:,} users (events/s to catch up, query start included)",
+                          {name: f["events/s"] for name, f in found.items()}, baseline=SOURCES["delta-rs"],
+                          unit="events/s", higher_is_better=True)
+            print_medians("  the same runs' baseline (Spark aggregating the same parquet, no Redis)",
+                          {name: f["baseline events/s"] for name, f in found.items()}, baseline=SOURCES["delta-rs"],
+                          unit="events/s", higher_is_better=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="which", required=True)
@@ -176,12 +213,24 @@ def main() -> None:
                     help="delta-spark: the speed layer reads Delta's own streaming source (change data feed)")
     for p in (f, th):
         p.add_argument("--data-dir", type=Path, default=None)
+    cmp = sub.add_parser("compare", help="throughput of the Python source vs Delta's CDF source, side by side")
+    cmp.add_argument("--events", type=int, default=500_000)
+    cmp.add_argument("--versions", type=int, default=100)
+    cmp.add_argument("--users", type=int, nargs="+", default=[1_000, 50_000])
+    cmp.add_argument("--repeat", type=int, default=2, help="runs of each source per user count (default 2)")
     args = parser.parse_args()
+    if args.which == "compare":
+        compare(args)
+        return
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="lambda-bench-"))
-    if args.which == "freshness":
-        freshness(args.events, args.rate, data_dir)
-    else:
-        throughput(args.events, args.versions, args.users, data_dir, args.storage_engine)
+    try:
+        if args.which == "freshness":
+            freshness(args.events, args.rate, data_dir)
+        else:
+            throughput(args.events, args.versions, args.users, data_dir, args.storage_engine)
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
     sys.stdout.flush()
     os._exit(0)
 
