@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from _batch_data import event_chunks
 from _harness import ROOT, print_medians, stop, tree_cpu_seconds, wait_quiet
 
 VARIANTS = ("local[2]", "cluster")
+_MARK = "cluster-bench: "  # a child's answers on stdout start with this
 
 
 def _child(data_dir: Path, spark_master: str, storage_engine: str, driver_memory: str, partitions: int) -> None:
@@ -58,16 +60,17 @@ def _child(data_dir: Path, spark_master: str, storage_engine: str, driver_memory
                              storage_engine=storage_engine, spark_driver_memory=driver_memory,
                              spark_shuffle_partitions=partitions)
     pipeline = load_pipeline("payments")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the finally below stops Spark and Redis
     redis_url = ensure_embedded_redis(settings.redis_dir)
     spark = build_spark(settings, f"bench-cluster-{'local' if spark_master.startswith('local') else 'cluster'}")
-    print(json.dumps({"ready": True, "parallelism": spark.sparkContext.defaultParallelism}), flush=True)
+    print(_MARK + json.dumps({"ready": True, "parallelism": spark.sparkContext.defaultParallelism}), flush=True)
     try:
         for line in sys.stdin:
             if line.strip() != "run":
                 break
             started = time.perf_counter()
             result = run_batch(spark, settings, pipeline, redis_url=redis_url)
-            print(json.dumps({"seconds": time.perf_counter() - started, "events": result.events,
+            print(_MARK + json.dumps({"seconds": time.perf_counter() - started, "events": result.events,
                               "generation": result.generation}), flush=True)
     finally:
         spark.stop()
@@ -86,13 +89,20 @@ class _Session:
             [sys.executable, __file__, "--child", str(data_dir), master, "--storage-engine", args.storage_engine,
              "--driver-memory", args.driver_memory, "--shuffle-partitions", str(args.shuffle_partitions)],
             cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.parallelism = self._answer()["parallelism"]
+        try:
+            self.parallelism = self._answer()["parallelism"]
+        except BaseException:
+            stop(self.proc)  # its SparkSession and Redis go with it (the child's finally)
+            self.log.close()
+            raise
 
     def _answer(self) -> dict[str, Any]:
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise SystemExit(f"the {self.name} session exited ({self.proc.wait()}); see {self.log.name}")
-        return json.loads(line)
+        """The child's next answer; other lines on its stdout (Spark's, Ivy's) go to its log."""
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            if line.startswith(_MARK):
+                return json.loads(line[len(_MARK):])
+            self.log.write(line)
+        raise SystemExit(f"the {self.name} session exited ({self.proc.wait()}); see {self.log.name}")
 
     def run(self) -> dict[str, Any]:
         self.proc.stdin.write("run\n")  # type: ignore[union-attr]
