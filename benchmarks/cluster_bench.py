@@ -73,8 +73,8 @@ def _child(data_dir: Path, spark_master: str, storage_engine: str, driver_memory
             print(_MARK + json.dumps({"seconds": time.perf_counter() - started, "events": result.events,
                               "generation": result.generation}), flush=True)
     finally:
+        stop_embedded_redis(settings.redis_dir)  # first: quick, and a slow spark.stop() may be cut short
         spark.stop()
-        stop_embedded_redis(settings.redis_dir)
     sys.stdout.flush()
     os._exit(0)  # pyarrow/delta-rs may abort at interpreter shutdown (see deploy.cli.main)
 
