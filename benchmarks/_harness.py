@@ -215,15 +215,19 @@ def figure(pattern: str, text: str) -> float | None:
     return float(match.group(1).replace(",", "")) if match else None
 
 
-def alternate(commands: dict[str, tuple[list[str], dict[str, str]]], figures: dict[str, str], *, repeat: int,
-              log_dir: Path, cwd: Path = ROOT, timeout: float = 1800.0) -> dict[str, dict[str, list[float]]]:
-    """Run each command once per round, in the same order every round (A B A B ...), so drift on a
-    shared machine hits each alike; read ``figures`` (name -> regex with one number group) from what
-    each run printed. Every run's output is kept in ``log_dir``. Returns command -> figure -> values."""
+def alternate(commands: dict[str, tuple[list[str], dict[str, str], Path]], figures: dict[str, str], *, repeat: int,
+              log_dir: Path, timeout: float = 1800.0) -> dict[str, dict[str, list[float]]]:
+    """Run each command (argv, environment, working folder) once per round, in the same order every
+    round (A B A B ...), so drift on a shared machine hits each alike; read ``figures`` (name -> regex
+    with one number group) from what each run printed. Every run's output is kept in ``log_dir``.
+    Returns command -> figure -> values.
+
+    The working folder matters: Spark starts its Python workers with ``python -m`` in the driver's
+    folder, so a project in that folder is imported before anything on ``PYTHONPATH``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     found: dict[str, dict[str, list[float]]] = {name: {f: [] for f in figures} for name in commands}
     for round_ in range(1, repeat + 1):
-        for name, (argv, env) in commands.items():
+        for name, (argv, env, cwd) in commands.items():
             log = log_dir / f"{name.replace(' ', '_').replace('/', '_')}-{round_}.log"
             started = time.perf_counter()
             with log.open("w") as out:

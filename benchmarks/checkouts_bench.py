@@ -7,7 +7,7 @@
 
 Each checkout runs ITS OWN copy of the benchmark script with ``PYTHONPATH`` = that checkout (so the
 product code, Spark's Python workers and the CLI subprocesses are that checkout's), from its own
-folder, in rotation (before after before after ...) for ``--repeat`` rounds:
+folder (Spark's Python workers import the project from the driver's folder before ``PYTHONPATH``), in rotation (before after before after ...) for ``--repeat`` rounds:
 
 * ``query``: ``benchmarks/query_bench.py --no-profile`` (the key-read A/B: the platform's endpoint
   against a bare FastAPI endpoint doing one Redis read); figures: A/B, A's and B's median req/s,
@@ -42,7 +42,7 @@ def _env(checkout: Path) -> dict[str, str]:
     return env
 
 
-def _commands(kind: str, checkouts: dict[str, Path], args: argparse.Namespace) -> dict[str, tuple[list[str], dict[str, str]]]:
+def _commands(kind: str, checkouts: dict[str, Path], args: argparse.Namespace) -> dict[str, tuple[list[str], dict[str, str], Path]]:
     if kind == "query":
         tail = ["--rounds", str(args.query_rounds), "--seconds", str(args.query_seconds), "--no-profile"]
         script = "query_bench.py"
@@ -50,7 +50,9 @@ def _commands(kind: str, checkouts: dict[str, Path], args: argparse.Namespace) -
         tail = ["throughput", "--events", str(args.speed_events), "--versions", str(args.speed_versions),
                 "--users", str(args.speed_users)]
         script = "speed_layer_bench.py"
-    return {name: ([sys.executable, str(co / "benchmarks" / script), *tail], _env(co)) for name, co in checkouts.items()}
+    # each from its own folder: Spark's Python workers import the project from the driver's folder first
+    return {name: ([sys.executable, str(co / "benchmarks" / script), *tail], _env(co), co)
+            for name, co in checkouts.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import alternate, free_port, percentile, print_medians, stop, wait_for
+from _harness import ROOT, alternate, free_port, percentile, print_medians, stop, wait_for
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
@@ -183,7 +183,7 @@ def compare(args: argparse.Namespace) -> None:
             commands = {
                 SOURCES[engine]: ([sys.executable, __file__, "throughput", "--events", str(args.events), "--versions",
                                    str(args.versions), "--users", str(users), "--storage-engine", engine],
-                                  {**os.environ})
+                                  {**os.environ}, ROOT)
                 for engine in SOURCES
             }
             print(f"\n{users:,} users", flush=True)
