@@ -43,6 +43,10 @@ bench: $(STAMP)  ## list the benchmarks (each takes minutes and prints ratios ag
 	@echo "HTTP ingest:      $(BIN)/python benchmarks/ingest_bench.py --help"
 	@echo "key reads:        $(BIN)/python benchmarks/query_bench.py --help"
 	@echo "ingest after demo: $(BIN)/python benchmarks/ingest_after_demo.py --help"
+	@echo "storage engines:  $(BIN)/python benchmarks/engines_bench.py --events 1000000 --repeat 2"
+	@echo "cluster overhead: $(BIN)/python benchmarks/cluster_bench.py --events 1000000 --repeat 2"
+	@echo "speed sources:    $(BIN)/python benchmarks/speed_layer_bench.py compare --users 1000 50000 --repeat 2"
+	@echo "two checkouts:    $(BIN)/python benchmarks/checkouts_bench.py --before /tmp/bench-before --repeat 2"
 	@echo "(see benchmarks/README.md)"
 
 clean:  ## remove the virtualenv and local data

@@ -33,409 +33,61 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import json
 import logging
-import os
 import shutil
-import statistics
-import sys
 import tempfile
 import time
-import uuid
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np
-import pyarrow as pa
-
-TARGET_A_OVER_B = 1.15
-DAY_US = 86_400 * 1_000_000
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+from _batch_data import build_master, chunk_rows
+from _batch_report import TARGET_A_OVER_B, Variant, redis_cpu, redis_info, report, settle
+from _batch_steps import STEPS, instrument
+from _batch_variants import variant_a, variant_b, variant_c, verify
+from _harness import embedded_redis, git_commit, machine_busy_seconds, tree_cpu_seconds, wait_quiet
 
 log = logging.getLogger("bench")
-
-
-# --------------------------------------------------------------------------------------------
-# Step timing: wrap platform functions (in this process only) and add their wall-clock time to
-# the active recording. Labels are ordered by their leading number when printed.
-# --------------------------------------------------------------------------------------------
-
-
-class Steps:
-    def __init__(self) -> None:
-        self.active: dict[str, float] | None = None
-
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[dict[str, float]]:
-        self.active = defaultdict(float)
-        try:
-            yield self.active
-        finally:
-            self.active = None
-
-    def add(self, label: str, seconds: float) -> None:
-        if self.active is not None:
-            self.active[label] += seconds
-
-    def wrap(self, owner: Any, attr: str, label: Callable[..., str] | str) -> None:
-        original = getattr(owner, attr)
-
-        @functools.wraps(original)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                name = label if isinstance(label, str) else label(*args, **kwargs)
-                self.add(name, time.perf_counter() - started)
-
-        setattr(owner, attr, timed)
-
-
-STEPS = Steps()
-
-
-def instrument(spark: Any) -> None:
-    """Time the pieces run_batch and the variants call (module attributes looked up at call time)."""
-    from pyspark.sql.readwriter import DataFrameWriter
-
-    from batch_layer.master.dataset import MasterDataset
-    from batch_layer.master.delta_rs import DeltaRsEngine
-    from batch_layer.recompute import job as recompute
-    from batch_layer.recompute import publish
-
-    STEPS.wrap(MasterDataset, "append_barrier", "1 barrier append (delta-rs commit)")
-    STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
-    STEPS.wrap(recompute, "write_generation", lambda rows, table, *a, **k: f"3 gold {table.name}: write_generation")
-    STEPS.wrap(DataFrameWriter, "parquet", "3.1  of which Spark job: scan+aggregate+write parquet")
-    STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs commit_files (gold Delta commit)")
-    STEPS.wrap(recompute, "redis_client", "4 redis: client + begin + flip")
-    STEPS.wrap(publish, "begin", "4 redis: client + begin + flip")
-    STEPS.wrap(publish, "load_view", lambda rows, view, **k: f"5 redis load {view.name} (load_view)")
-    STEPS.wrap(publish, "flip", "4 redis: client + begin + flip")
-    STEPS.wrap(publish, "drop_stale", "7 redis drop_stale (SCAN + UNLINK of the previous generation)")
-    STEPS.wrap(type(spark.range(1)), "count", "6 events.count() (another scan of the snapshot)")
-
-
-# --------------------------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------------------------
-
-
-def event_chunks(schema: pa.Schema, events: int, *, users: int, merchants: int, chunk_rows: int,
-                 seed: int) -> Iterator[pa.Table]:
-    """Payments in master layout: uniform users and merchants, amounts with 2 decimals in [0.50, 500),
-    event times uniform over 24 hours UTC from 2026-01-01, ``_kind`` = 'event'."""
-    rng = np.random.default_rng(seed)
-    user_names = pa.array([f"user-{i:06d}" for i in range(users)], pa.string())
-    merchant_names = pa.array([f"merchant-{i:04d}" for i in range(merchants)], pa.string())
-    start_us = int(START.timestamp()) * 1_000_000
-    for offset in range(0, events, chunk_rows):
-        n = min(chunk_rows, events - offset)
-        columns = {
-            "user_id": user_names.take(pa.array(rng.integers(0, users, n, dtype=np.int32))),
-            "merchant": merchant_names.take(pa.array(rng.integers(0, merchants, n, dtype=np.int32))),
-            "amount": pa.array(np.round(rng.uniform(0.5, 500.0, n), 2), pa.float64()),
-            "event_time": pa.array(start_us + rng.integers(0, DAY_US, n, dtype=np.int64), pa.timestamp("us", tz="UTC")),
-            "_kind": pa.repeat("event", n).cast(pa.string()),
-        }
-        yield pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
-
-
-def chunk_rows(args: argparse.Namespace, events: int) -> int:
-    """Rows per append: --chunk-rows, but at least --min-files appends (delta-rs writes one row group per
-    file at these sizes, and Spark cannot split a row group: one file would leave one core idle)."""
-    return max(1, min(args.chunk_rows, -(-events // args.min_files)))
-
-
-def build_master(settings: Any, pipeline: Any, args: argparse.Namespace, events: int) -> tuple[int, float]:
-    """Append the synthetic dataset; returns (master files, seconds)."""
-    from deltalake import DeltaTable
-
-    from batch_layer.master.dataset import MasterDataset
-
-    master = MasterDataset.open(settings, pipeline)
-    started = time.perf_counter()
-    for chunk in event_chunks(master.schema, events, users=args.users, merchants=args.merchants,
-                              chunk_rows=chunk_rows(args, events), seed=args.seed):
-        master.append(chunk, metadata={"lambda.source": "benchmark"})
-    return len(DeltaTable(str(settings.master_path)).file_uris()), time.perf_counter() - started
-
-
-# --------------------------------------------------------------------------------------------
-# The variants
-# --------------------------------------------------------------------------------------------
-
-_MEASURES = """
-    count(*)                           AS count,
-    coalesce(sum(amount), 0D)          AS sum_amount,
-    min(amount)                        AS min_amount,
-    max(amount)                        AS max_amount,
-    collect_set(merchant)              AS distinct_merchant
-"""
-HAND_SQL = {
-    "spend_by_user": f"""
-        SELECT user_id, {_MEASURES}
-        FROM bench_payments
-        WHERE user_id IS NOT NULL
-        GROUP BY user_id""",
-    "spend_by_user_hourly": f"""
-        SELECT user_id, date_trunc('HOUR', event_time) AS window_start, {_MEASURES}
-        FROM bench_payments
-        WHERE user_id IS NOT NULL AND event_time IS NOT NULL
-        GROUP BY user_id, date_trunc('HOUR', event_time)""",
-}
-
-
-def variant_a(spark: Any, settings: Any, pipeline: Any, redis_url: str) -> dict[str, Any]:
-    from batch_layer.recompute.job import run_batch
-
-    result = run_batch(spark, settings, pipeline, redis_url=redis_url)
-    return {"generation": result.generation, "events": result.events, "rows": dict(result.view_rows),
-            "flipped": result.flipped}
-
-
-def variant_b(spark: Any, settings: Any, out_dir: Path) -> dict[str, Any]:
-    """The hand-written job: list the snapshot's files, run two SQL aggregates, write parquet."""
-    from deltalake import DeltaTable
-
-    started = time.perf_counter()
-    files = DeltaTable(str(settings.master_path)).file_uris()
-    spark.read.parquet(*files).createOrReplaceTempView("bench_payments")
-    STEPS.add("1 file list + Spark plan", time.perf_counter() - started)
-    for name, sql in HAND_SQL.items():
-        began = time.perf_counter()
-        spark.sql(sql).write.mode("overwrite").parquet(str(out_dir / name))
-        STEPS.add(f"3 {name}: SQL + write parquet", time.perf_counter() - began)
-    return {"files": len(files)}
-
-
-def variant_c(spark: Any, settings: Any, pipeline: Any) -> dict[str, Any]:
-    """run_batch minus Redis: barrier, snapshot, transform, aggregate + gold per view, event count."""
-    from batch_layer.master.dataset import MasterDataset
-    from batch_layer.master.engines import get_engine
-    from batch_layer.recompute import job as recompute
-
-    engine = get_engine(settings.storage_engine)
-    master = MasterDataset(settings.master_path, pipeline, engine)
-    generation = master.append_barrier(f"bench-{uuid.uuid4().hex[:8]}")
-    events = master.snapshot(spark, generation)
-    rows = pipeline.transform(events)
-    written = {}
-    for view in pipeline.views:
-        gold = recompute.write_generation(view.aggregate(rows), settings.gold_path / view.name, engine,
-                                          generation=generation)
-        written[view.name] = gold.rows
-    return {"generation": generation, "events": events.count(), "rows": written}
-
-
-# --------------------------------------------------------------------------------------------
-# Checks (untimed, after the warm-up)
-# --------------------------------------------------------------------------------------------
-
-
-def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict[str, Any], redis_url: str,
-           events: int) -> list[str]:
-    """Gold (current content) == B's output row by row; Redis hashes hold as many fields as gold rows."""
-    import redis
-    from deltalake import DeltaTable
-    from pyspark.sql import functions as F
-
-    from serving.store.keys import Keys, row_parts
-
-    problems = []
-    if a_result["events"] != events:
-        problems.append(f"run_batch counted {a_result['events']} events, generated {events}")
-    for view in pipeline.views:
-        gold = spark.read.parquet(*DeltaTable(str(settings.gold_path / view.name)).file_uris())
-        hand = spark.read.parquet(str(b_out / view.name))
-        joined = gold.alias("g").join(hand.alias("h"), list(view.group_columns), "full_outer")
-        g, h = (lambda c: F.col(f"g.{c}")), (lambda c: F.col(f"h.{c}"))
-        differs = (
-            (g("count") != h("count"))
-            | (F.abs(g("sum_amount") - h("sum_amount")) > 1e-6 * F.greatest(F.lit(1.0), F.abs(h("sum_amount"))))
-            | (g("min_amount") != h("min_amount"))
-            | (g("max_amount") != h("max_amount"))
-            | (F.array_sort(g("distinct_merchant")) != F.array_sort(h("distinct_merchant")))
-        )
-        bad = joined.where(F.coalesce(differs, F.lit(True))).count()
-        gold_rows, hand_rows = gold.count(), hand.count()
-        if bad or gold_rows != hand_rows:
-            problems.append(f"{view.name}: gold {gold_rows} rows, hand-written {hand_rows} rows, {bad} differ")
-    # Redis: A's generation is served with one row per gold row, and each row's merchants are there
-    # once: as an exact list in the row, or as a sketch key.
-    from serving.store.generations import served_generation
-
-    client = redis.Redis.from_url(redis_url)
-    keys = Keys(pipeline.name)
-    generation = a_result["generation"]
-    served = served_generation(client, keys)
-    if served != generation:
-        problems.append(f"Redis serves generation {served}, run_batch published {generation}")
-    for view in pipeline.views:
-        hashes = list(client.scan_iter(match=keys.rows(generation, view.name) + "*", count=10_000))
-        rows = sum(client.hlen(k) for k in hashes)
-        if rows != a_result["rows"][view.name]:
-            problems.append(f"Redis {view.name}: {rows} rows for {a_result['rows'][view.name]} gold rows")
-        for measure in view.distinct_measures:
-            pattern = keys.sketch(generation, view.name, measure.name, "*")
-            sketches = sum(1 for _ in client.scan_iter(match=pattern, count=10_000))
-            position = row_parts(view).index(measure.name)
-            exact = sum(1 for k in hashes for _, row in client.hscan_iter(k, count=10_000)
-                        if json.loads(row)[position] is not None)
-            if sketches + exact != rows:
-                problems.append(f"Redis {view.name}: {exact} exact {measure.name} lists and {sketches} sketches "
-                                f"for {rows} rows")
-    client.close()
-    return problems
-
-
-# --------------------------------------------------------------------------------------------
-# Driver
-# --------------------------------------------------------------------------------------------
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all processes of the machine have been busy (Linux /proc/stat; 0 elsewhere)."""
-    try:
-        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return 0.0
-    return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
-
-
-def own_cpu_seconds(extra_pids: tuple[int, ...] = ()) -> float:
-    """CPU seconds of this process and its descendants (JVM, Python workers), plus ``extra_pids`` (Redis)."""
-    children: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, float] = {}
-    for entry in Path("/proc").iterdir() if Path("/proc/stat").exists() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        rest = text[text.rindex(")") + 2:].split()
-        pid = int(entry.name)
-        children[int(rest[1])].append(pid)
-        cpu[pid] = sum(int(x) for x in rest[11:15]) / _CLOCK_TICKS  # utime stime cutime cstime
-    total, todo = 0.0, [os.getpid(), *extra_pids]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, ()))
-    return total
-
-
-def others_cpu(seconds: float, extra_pids: tuple[int, ...]) -> float:
-    """Cores used by processes other than ours (other jobs on a shared machine), sampled over ``seconds``."""
-    machine, own = machine_busy_seconds(), own_cpu_seconds(extra_pids)
-    time.sleep(seconds)
-    return max(0.0, (machine_busy_seconds() - machine) - (own_cpu_seconds(extra_pids) - own)) / seconds
 
 
 def wait_until_quiet(args: argparse.Namespace, extra_pids: tuple[int, ...]) -> tuple[float, float]:
     """Before a timed run, wait (up to --quiet-timeout) until other processes use < --quiet-cores cores.
     Returns (seconds waited, cores the others used in the last sample)."""
-    started = time.perf_counter()
-    load = others_cpu(1.0, extra_pids)
-    while load > args.quiet_cores and time.perf_counter() - started < args.quiet_timeout:
-        load = others_cpu(2.0, extra_pids)
-    return time.perf_counter() - started, load
+    return wait_quiet(lambda: tree_cpu_seconds(extra_pids), args.quiet_cores, args.quiet_timeout, say=False)
 
 
-def redis_info(url: str) -> dict[str, Any]:
-    import redis
+class _Rotation:
+    """The variants of one event count, each run timed with the machine's and Redis's figures alongside."""
 
-    client = redis.Redis.from_url(url)
-    try:
-        return client.info()
-    finally:
-        client.close()
+    def __init__(self, spark: Any, args: argparse.Namespace, settings: Any, pipeline: Any, redis_url: str,
+                 b_root: Path) -> None:
+        self.spark, self.args, self.settings, self.pipeline = spark, args, settings, pipeline
+        self.redis_url, self.b_root = redis_url, b_root
+        self.variants = {
+            "A": Variant("A", "A  run_batch: full recompute incl. Redis load + flip"),
+            "B": Variant("B", "B  hand-written Spark SQL, same files -> parquet"),
+            "C": Variant("C", "C  recompute without Redis (barrier..gold commit, count)"),
+        }
+        self.results: dict[str, dict[str, Any]] = {}
 
+    def _variant(self, key: str, iteration: int) -> dict[str, Any]:
+        if key == "A":
+            return variant_a(self.spark, self.settings, self.pipeline, self.redis_url)
+        if key == "B":
+            return variant_b(self.spark, self.settings, self.b_root / f"run-{iteration}")
+        return variant_c(self.spark, self.settings, self.pipeline)
 
-def redis_cpu(info: dict[str, Any]) -> float:
-    """CPU seconds of the Redis server: main process and its children (AOF rewrite forks)."""
-    return sum(float(info.get(k, 0.0)) for k in
-               ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children"))
-
-
-def settle(spark: Any, redis_url: str, timeout: float = 300.0) -> float:
-    """Let the previous variant's background work finish before the next one is timed: Redis AOF
-    rewrites and lazy frees (UNLINK) left by A, Python and JVM garbage. Returns the seconds waited."""
-    import gc
-
-    started = time.perf_counter()
-    gc.collect()
-    spark.sparkContext._jvm.System.gc()
-    while time.perf_counter() - started < timeout:
-        info = redis_info(redis_url)
-        busy = (int(info.get("aof_rewrite_in_progress", 0)) or int(info.get("aof_rewrite_scheduled", 0))
-                or int(info.get("lazyfree_pending_objects", 0)) or int(info.get("rdb_bgsave_in_progress", 0)))
-        if not busy:
-            break
-        time.sleep(0.1)
-    return time.perf_counter() - started
-
-
-@dataclass
-class Variant:
-    key: str
-    title: str
-    seconds: list[float] = field(default_factory=list)
-    steps: list[dict[str, float]] = field(default_factory=list)
-
-
-def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> None:
-    from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
-    from deploy.settings import load_settings
-    from shared_logic.registry import load_pipeline
-
-    size_dir = root / f"events-{events}"
-    settings = load_settings(**settings_overrides(args, size_dir))
-    pipeline = load_pipeline("payments")
-    print(f"\n## {events:,} events: generating the master dataset in {size_dir} ...", flush=True)
-    files, gen_seconds = build_master(settings, pipeline, args, events)
-    print(f"   {files} parquet files appended in {gen_seconds:.1f}s "
-          f"({args.users:,} users, {args.merchants:,} merchants, chunks of {chunk_rows(args, events):,} rows)", flush=True)
-    redis_url = ensure_embedded_redis(size_dir / "redis")
-    b_root = Path(tempfile.mkdtemp(prefix="hand-", dir=size_dir))
-
-    variants = {
-        "A": Variant("A", "A  run_batch: full recompute incl. Redis load + flip"),
-        "B": Variant("B", "B  hand-written Spark SQL, same files -> parquet"),
-        "C": Variant("C", "C  recompute without Redis (barrier..gold commit, count)"),
-    }
-    results: dict[str, dict[str, Any]] = {}
-
-    def run(key: str, iteration: int) -> float:
-        out = b_root / f"run-{iteration}"
+    def run(self, key: str, iteration: int) -> float:
+        spark, redis_url = self.spark, self.redis_url
         settle(spark, redis_url)
         before = redis_info(redis_url)
         pids = (int(before["process_id"]),)
-        waited, load_before = wait_until_quiet(args, pids)
-        machine, own = machine_busy_seconds(), own_cpu_seconds(pids)
+        waited, load_before = wait_until_quiet(self.args, pids)
+        machine, own = machine_busy_seconds(), tree_cpu_seconds(pids)
         with STEPS.recording() as steps:
             started = time.perf_counter()
-            if key == "A":
-                results[key] = variant_a(spark, settings, pipeline, redis_url)
-            elif key == "B":
-                results[key] = variant_b(spark, settings, out)
-            else:
-                results[key] = variant_c(spark, settings, pipeline)
+            self.results[key] = self._variant(key, iteration)
             seconds = time.perf_counter() - started
-        machine, own = machine_busy_seconds() - machine, own_cpu_seconds(pids) - own
+        machine, own = machine_busy_seconds() - machine, tree_cpu_seconds(pids) - own
         after = redis_info(redis_url)
         steps["9.05 (CPU seconds used by this benchmark: driver, JVM, Python workers, Redis)"] = own
         steps["9.06 (CPU seconds used by OTHER processes on the machine during the run)"] = max(0.0, machine - own)
@@ -447,103 +99,57 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
         steps["9.3 (wait for Redis to go idle after the run: AOF rewrite, lazy free)"] = settle(spark, redis_url)
         log.info("%s run %d: %.2fs %s", key, iteration, seconds, {k: round(v, 2) for k, v in steps.items()})
         if iteration > 0:
-            variants[key].seconds.append(seconds)
-            variants[key].steps.append(dict(steps))
+            self.variants[key].seconds.append(seconds)
+            self.variants[key].steps.append(dict(steps))
         return seconds
 
-    try:
+    def all(self, events: int) -> None:
+        """Warm-up A B C (untimed), the check, then --repeat timed rounds A B C."""
+        args, b_root = self.args, self.b_root
         print("   warm-up (untimed): A B C", flush=True)
         for key in "ABC":
-            seconds = run(key, 0)
+            seconds = self.run(key, 0)
             print(f"     {key}: {seconds:.2f}s", flush=True)
         if not args.no_verify:
-            problems = verify(spark, settings, pipeline, b_root / "run-0", results["A"], redis_url, events)
+            problems = verify(self.spark, self.settings, self.pipeline, b_root / "run-0", self.results["A"],
+                              self.redis_url, events)
             print("   check: gold == hand-written output row by row; Redis serves A's generation, every row's distinct values: "
                   + ("OK" if not problems else "MISMATCH: " + "; ".join(problems)), flush=True)
         shutil.rmtree(b_root / "run-0", ignore_errors=True)
         for i in range(1, args.repeat + 1):
             line = []
             for key in "ABC":
-                line.append(f"{key} {run(key, i):.2f}s")
+                line.append(f"{key} {self.run(key, i):.2f}s")
                 shutil.rmtree(b_root / f"run-{i}", ignore_errors=True)
             print(f"   repeat {i}/{args.repeat}: " + "  ".join(line), flush=True)
-    finally:
-        stop_embedded_redis(size_dir / "redis")
-        shutil.rmtree(b_root, ignore_errors=True)
-
-    report(args, spark, settings, events, files, variants, results)
 
 
-def report(args: argparse.Namespace, spark: Any, settings: Any, events: int, files: int,
-           variants: dict[str, Variant], results: dict[str, dict[str, Any]]) -> None:
-    med = {k: statistics.median(v.seconds) for k, v in variants.items()}
-    a_b, c_b = med["A"] / med["B"], med["C"] / med["B"]
-    rows = ", ".join(f"{name} {n:,}" for name, n in results["A"]["rows"].items())
-    print()
-    print(f"=== batch recompute, {events:,} events ({files} master files; gold rows: {rows}) ===")
-    print(f"Spark {spark.version}, master {settings.spark_master} (defaultParallelism "
-          f"{spark.sparkContext.defaultParallelism}, {os.cpu_count()} CPUs), "
-          f"spark.sql.shuffle.partitions={spark.conf.get('spark.sql.shuffle.partitions')}, "
-          f"AQE={spark.conf.get('spark.sql.adaptive.enabled')}, driver memory {settings.spark_driver_memory}; "
-          f"median of {args.repeat} timed runs after 1 warm-up, order A B C repeated")
-    own_label = "9.05 (CPU seconds used by this benchmark: driver, JVM, Python workers, Redis)"
-    cpu = {k: statistics.median(steps.get(own_label, 0.0) for steps in v.steps) for k, v in variants.items()}
-    print(f"{'variant':<60}{'median s':>10}{'events/s':>13}{'CPU s':>9}   runs (s)")
-    for v in variants.values():
-        runs = " ".join(f"{s:.2f}" for s in v.seconds)
-        print(f"{v.title:<60}{med[v.key]:>10.2f}{events / med[v.key]:>13,.0f}{cpu[v.key]:>9.1f}   {runs}")
-    verdict = "MET" if a_b <= TARGET_A_OVER_B else "NOT MET"
-    def cpu_ratio(k: str) -> str:
-        return f"{cpu[k] / cpu['B']:.2f}" if cpu["B"] else "n/a"
+def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> None:
+    from deploy.settings import load_settings
+    from shared_logic.registry import load_pipeline
 
-    print(f"A/B = {a_b:.2f}   (target A/B <= {TARGET_A_OVER_B}: {verdict}; by CPU seconds: {cpu_ratio('A')})")
-    print(f"C/B = {c_b:.2f}   (framework overhead on the Spark work, Redis excluded; by CPU seconds: {cpu_ratio('C')})")
-    print(f"A-C = {med['A'] - med['C']:.2f}s  (Redis publishing: load_view x {len(results['A']['rows'])}, "
-          f"begin/flip/drop_stale)")
-    other_label = "9.06 (CPU seconds used by OTHER processes on the machine during the run)"
-    others = sum(steps.get(other_label, 0.0) for v in variants.values() for steps in v.steps)
-    wall = sum(sum(v.seconds) for v in variants.values())
-    shared = others / wall if wall else 0.0
-    print(f"other processes on the machine used {shared:.2f} cores on average during the timed runs"
-          + (f" -- WARNING: the machine was shared ({os.cpu_count()} CPUs); wall times are inflated and noisy"
-             if shared > args.quiet_cores else " (quiet machine)"))
-    print("where the time goes (median seconds per step over the timed runs; indented steps are parts of "
-          "the step above; in parentheses: measured alongside, not part of the wall time):")
-    for v in variants.values():
-        labels = sorted({label for steps in v.steps for label in steps})
-        print(f"  {v.title}")
-        accounted = [0.0] * len(v.steps)
-        extra = []
-        for label in labels:
-            values = [steps.get(label, 0.0) for steps in v.steps]
-            number, text = label.split(" ", 1)
-            if number.startswith("9."):
-                extra.append((text, statistics.median(values)))
-                continue
-            if "." not in number:
-                accounted = [a + x for a, x in zip(accounted, values)]
-            print(f"    {text:<72}{statistics.median(values):>8.2f}{100 * statistics.median(values) / med[v.key]:>6.0f}%")
-        rest = statistics.median([s - a for s, a in zip(v.seconds, accounted)])
-        print(f"    {'rest (driver glue, untimed)':<72}{rest:>8.2f}{100 * rest / med[v.key]:>6.0f}%")
-        for text, value in extra:
-            print(f"    {text:<72}{value:>8.2f}")
-    sys.stdout.flush()
+    size_dir = root / f"events-{events}"
+    settings = load_settings(**settings_overrides(args, size_dir))
+    pipeline = load_pipeline("payments")
+    print(f"\n## {events:,} events: generating the master dataset in {size_dir} ...", flush=True)
+    files, gen_seconds = build_master(settings, pipeline, args, events)
+    print(f"   {files} parquet files appended in {gen_seconds:.1f}s "
+          f"({args.users:,} users, {args.merchants:,} merchants, chunks of {chunk_rows(args, events):,} rows)", flush=True)
+    with embedded_redis(size_dir / "redis") as redis_url:
+        b_root = Path(tempfile.mkdtemp(prefix="hand-", dir=size_dir))
+        rotation = _Rotation(spark, args, settings, pipeline, redis_url, b_root)
+        try:
+            rotation.all(events)
+        finally:
+            shutil.rmtree(b_root, ignore_errors=True)
+    report(args, spark, settings, events, files, rotation.variants, rotation.results)
 
 
 def code_version() -> str:
     """The commit benchmarked, and which tracked product files differ from it (the working tree is what runs)."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "batch_layer", "shared_logic",
-                                  "serving", "deploy", "speed_layer"], capture_output=True, text=True,
-                                 check=True).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
+    head, changed = git_commit("batch_layer", "shared_logic", "serving", "deploy", "speed_layer")
+    if head == "unknown":
         return "unknown (not a git checkout)"
-    changed = [line[3:] for line in changed if line.strip()]
     return f"commit {head}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
 
 

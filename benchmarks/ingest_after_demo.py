@@ -40,6 +40,8 @@ from deltalake import DeltaTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import percentile
+
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from deploy.samples import sample_events
@@ -95,11 +97,6 @@ def describe(path: Path) -> str:
     return f"version {table.version():,}, {files:,} active files, _delta_log {log_bytes / 1e6:.1f} MB"
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=20.0, help="demo events per second (LAMBDA_GENERATE_RATE)")
@@ -149,7 +146,7 @@ def report(results: dict[str, dict[str, list[float]]]) -> None:
         for name in TABLES:
             values = results[name][metric]
             median = statistics.median(values)
-            print(f"{metric:<22}{name:<11}{median:>10.1f}{_p(values, 0.9):>9.1f}{median / base:>9.2f}x")
+            print(f"{metric:<22}{name:<11}{median:>10.1f}{percentile(values, 0.9):>9.1f}{median / base:>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _harness import cpu_seconds, free_port, git_commit, machine_busy_seconds, percentile, stop, wait_quiet, wait_up
+
 from batch_layer.master.engines import get_engine
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
@@ -86,8 +88,8 @@ class Phase:
         return self.events / self.seconds
 
     def line(self) -> str:
-        lat = sorted(self.latencies) or [0.0]
-        p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        lat = self.latencies or [0.0]
+        p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
         per_commit = f"{self.requests / self.commits:6.1f} req/commit" if self.commits else ""
         cpu = f"server {self.server_cpu / self.requests * 1e6:6.0f} us CPU/req" if self.server_cpu is not None else " " * 26
         return (f"{self.name:<24} {self.rps:7,.0f} req/s {self.eps:9,.0f} events/s"
@@ -145,9 +147,7 @@ class Machine:
         self.server, self.me = server, psutil.Process()
 
     def sample(self) -> tuple[float, float, float, float]:
-        total = psutil.cpu_times()
-        busy = total.user + total.system + getattr(total, "nice", 0.0)
-        return time.perf_counter(), busy, _cpu(self.server), _cpu(self.me)
+        return time.perf_counter(), machine_busy_seconds(), cpu_seconds(self.server), cpu_seconds(self.me)
 
     @staticmethod
     def others_cores(before: tuple[float, float, float, float], after: tuple[float, float, float, float]) -> float:
@@ -156,21 +156,7 @@ class Machine:
         return max(0.0, others / wall) if wall > 0 else 0.0
 
     def wait_quiet(self, cores: float, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            before = self.sample()
-            time.sleep(1.0)
-            used = self.others_cores(before, self.sample())
-            if used < cores:
-                return
-            if time.monotonic() > deadline:
-                print(f"  (other processes still use {used:.2f} cores after {timeout:g} s: measuring anyway)")
-                return
-
-
-def _cpu(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
+        wait_quiet(lambda: cpu_seconds(self.server) + cpu_seconds(self.me), cores, timeout)
 
 
 def measure(machine: Machine, name: str, requests: int, events: int, master: Path | None,
@@ -220,7 +206,7 @@ def main() -> None:
     settings = load_settings(data_dir=data_dir, pipeline=PIPELINE)
     pipeline = load_pipeline(PIPELINE)
     redis_url = ensure_embedded_redis(settings.redis_dir)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": PIPELINE, "LAMBDA_REDIS_URL": redis_url,
            "LAMBDA_HTTP_PORT": str(port), "LAMBDA_API_KEYS": json.dumps({API_KEY: ["read", "ingest", "admin"]})}
     if args.group_commit_ms is not None:
@@ -235,7 +221,7 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], env=env, cwd=Path(__file__).parents[1],
                               stdout=server_log, stderr=subprocess.STDOUT)
     try:
-        _wait_up(f"http://127.0.0.1:{port}", server, data_dir / "server.log")
+        wait_up(f"http://127.0.0.1:{port}/healthz", server, data_dir / "server.log", timeout=60)
         machine = Machine(psutil.Process(server.pid))
         print(f"ingest benchmark: pipeline {PIPELINE}; server `python -m deploy.cli serve` (uvicorn, 1 process); "
               f"group commit {group_ms:g} ms; {os.cpu_count()} cores; commit {_commit()}")
@@ -300,11 +286,7 @@ def main() -> None:
         print(f"master dataset: {in_master:,} event rows, {verdict} the {acked:,} acknowledged events; "
               f"{DeltaTable(str(settings.master_path)).version()} versions")
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, timeout=30)
         server_log.close()
         stop_embedded_redis(settings.redis_dir)
         if tmp is not None:
@@ -312,37 +294,8 @@ def main() -> None:
 
 
 def _commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "serving", "batch_layer"], cwd=root,
-                               capture_output=True, text=True).stdout.split("\n")
-    except OSError:
-        return "unknown"
-    changed = [line[3:] for line in dirty if line.strip()]
-    return f"{head}" + (f" + uncommitted {', '.join(changed)}" if changed else "")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_up(base: str, server: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited ({server.returncode}): {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the server did not answer within {timeout}s")
+    head, changed = git_commit("serving", "batch_layer")
+    return head + (f" + uncommitted {', '.join(changed)}" if changed else "")
 
 
 if __name__ == "__main__":

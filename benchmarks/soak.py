@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,15 +36,13 @@ from pathlib import Path
 import httpx
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import free_port
+
 _ROOT = Path(__file__).resolve().parents[1]
 _PARTS = {"serve": "api", "speed": "speed", "schedule": "scheduler", "generate": "generator", "redis": "redis"}
 MB = 1024 * 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _part_of(proc: psutil.Process) -> str | None:
@@ -139,7 +136,7 @@ class Platform:
     """`lambda-platform up` in a data dir, reached over HTTP."""
 
     def __init__(self, source: Path, data_dir: Path, rate: float, nmt: bool) -> None:
-        self.data_dir, self.port = data_dir, _free_port()
+        self.data_dir, self.port = data_dir, free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
         env.update(PYTHONPATH=str(source), LAMBDA_HTTP_PORT=str(self.port), LAMBDA_GENERATE_RATE=str(rate))
         if nmt:

@@ -2,6 +2,7 @@
 
     python benchmarks/speed_layer_bench.py freshness [--events 240 --rate 4]
     python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
+    python benchmarks/speed_layer_bench.py compare [--events 500000 --versions 100 --users 1000 50000 --repeat 2]
 
 freshness: the speed layer (trigger at its default, 1 s) and the HTTP API run as in production
 (separate processes); events are ingested one commit each at a steady rate, and for each the time
@@ -13,6 +14,10 @@ throughput: a master dataset of N events in V commits is streamed from scratch b
 session: Spark reading the same parquet files and computing the same views (no Redis). Prints
 both rates and their ratio. Target: >= 100k events/s.
 
+compare: throughput of both speed-layer sources side by side, each run a ``throughput`` child
+process, the delta-rs engine (the Python source) and the delta-spark engine (Delta's own streaming
+source with the change data feed) in rotation, per user count; medians and ratios.
+
 Nothing is asserted; figures are printed.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,30 +37,19 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pyarrow as pa
-import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _harness import ROOT, alternate, free_port, percentile, print_medians, stop, wait_for
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
+from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def freshness(events: int, rate: float, data_dir: Path) -> None:
@@ -63,19 +58,19 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
     pipeline = load_pipeline("wordcount")
     master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
     master.append(pipeline.schema.validate([{"text": "warm up"}]))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": "wordcount",
            "LAMBDA_REDIS_URL": redis_url, "LAMBDA_HTTP_PORT": str(port)}
     cli = [sys.executable, "-m", "deploy.cli"]
     subprocess.run([*cli, "batch", "run"], env=env, check=True, capture_output=True)
     speed = subprocess.Popen([*cli, "speed", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     api = subprocess.Popen([*cli, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     try:
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=5) as http:
-            _wait(lambda: http.get("/readyz").status_code == 200, "the API")
-            _wait(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
+            wait_for(lambda: http.get("/readyz").status_code == 200, "the API")
+            wait_for(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
             delays: list[float] = []
             interval = 1.0 / rate
             next_at = time.monotonic()
@@ -90,28 +85,14 @@ def freshness(events: int, rate: float, data_dir: Path) -> None:
                 delays.append(time.monotonic() - acked)
                 next_at = max(next_at, time.monotonic())
         trigger = settings.speed_trigger_seconds
-        p50, p95 = statistics.median(delays), _percentile(delays, 0.95)
+        p50, p95 = statistics.median(delays), percentile(delays, 0.95)
         print(f"freshness over {len(delays)} events at {rate:g}/s, trigger {trigger:g} s:")
         print(f"  p50 {p50:.3f} s   p95 {p95:.3f} s   max {max(delays):.3f} s")
         print(f"  p95 / trigger interval = {p95 / trigger:.2f}   (target: p95 <= 2 s)")
     finally:
         for process in (speed, api):
-            process.terminate()
-            process.wait(60)
+            stop(process, timeout=60)
         stop_embedded_redis(settings.redis_dir)
-
-
-def _wait(ready, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if ready():
-                return
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not come up within {timeout}s")
-        time.sleep(0.2)
 
 
 def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:
@@ -166,7 +147,7 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
         view.aggregate(transformed).write.format("noop").mode("overwrite").save()
     baseline = time.perf_counter() - t
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis_client(redis_url)
     stop = threading.Event()
     worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
                               kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
@@ -186,6 +167,37 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
     stop_embedded_redis(settings.redis_dir)
 
 
+SOURCES = {"delta-rs": "Python source (delta-rs)", "delta-spark": "Delta CDF source (delta-spark)"}
+THROUGHPUT_FIGURES = {"events/s": r"speed layer: ([\d,]+) events/s", "catch-up s": r"\(([\d.]+) s to catch up",
+                      "baseline events/s": r"baseline\s*: ([\d,]+) events/s"}
+
+
+def compare(args: argparse.Namespace) -> None:
+    """The throughput of both sources side by side: one child process per run (``throughput``), the
+    engines in rotation (rs jvm rs jvm ...) per user count; medians and the ratio to the Python source."""
+    root = Path(tempfile.mkdtemp(prefix="lambda-bench-compare-"))
+    print(f"speed-layer sources side by side: {args.events:,} events in {args.versions} commits, "
+          f"users {args.users}, {args.repeat} runs each in rotation; logs in {root}", flush=True)
+    try:
+        for users in args.users:
+            commands = {
+                SOURCES[engine]: ([sys.executable, __file__, "throughput", "--events", str(args.events), "--versions",
+                                   str(args.versions), "--users", str(users), "--storage-engine", engine],
+                                  {**os.environ}, ROOT)
+                for engine in SOURCES
+            }
+            print(f"\n{users:,} users", flush=True)
+            found = alternate(commands, THROUGHPUT_FIGURES, repeat=args.repeat, log_dir=root / f"users-{users}")
+            print_medians(f"speed-layer throughput, {users:,} users (events/s to catch up, query start included)",
+                          {name: f["events/s"] for name, f in found.items()}, baseline=SOURCES["delta-rs"],
+                          unit="events/s", higher_is_better=True)
+            print_medians("  the same runs' baseline (Spark aggregating the same parquet, no Redis)",
+                          {name: f["baseline events/s"] for name, f in found.items()}, baseline=SOURCES["delta-rs"],
+                          unit="events/s", higher_is_better=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="which", required=True)
@@ -201,12 +213,24 @@ def main() -> None:
                     help="delta-spark: the speed layer reads Delta's own streaming source (change data feed)")
     for p in (f, th):
         p.add_argument("--data-dir", type=Path, default=None)
+    cmp = sub.add_parser("compare", help="throughput of the Python source vs Delta's CDF source, side by side")
+    cmp.add_argument("--events", type=int, default=500_000)
+    cmp.add_argument("--versions", type=int, default=100)
+    cmp.add_argument("--users", type=int, nargs="+", default=[1_000, 50_000])
+    cmp.add_argument("--repeat", type=int, default=2, help="runs of each source per user count (default 2)")
     args = parser.parse_args()
+    if args.which == "compare":
+        compare(args)
+        return
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="lambda-bench-"))
-    if args.which == "freshness":
-        freshness(args.events, args.rate, data_dir)
-    else:
-        throughput(args.events, args.versions, args.users, data_dir, args.storage_engine)
+    try:
+        if args.which == "freshness":
+            freshness(args.events, args.rate, data_dir)
+        else:
+            throughput(args.events, args.versions, args.users, data_dir, args.storage_engine)
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(data_dir, ignore_errors=True)
     sys.stdout.flush()
     os._exit(0)
 
