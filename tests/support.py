@@ -32,30 +32,9 @@ T = TypeVar("T")
 #: The command line as a user runs it (``lambda-platform``), from this interpreter.
 CLI = (sys.executable, "-m", "deploy.cli")
 
-#: A user's own pipeline module (not in the project): clicks counted and summed per site section.
-CLICKS_PIPELINE = '''
-from datetime import datetime
-from pyspark.sql import DataFrame, functions as F
-from shared_logic import Count, EventModel, Pipeline, Sum, View
-
-
-class Click(EventModel):
-    page: str
-    ms_on_page: int
-    event_time: datetime | None = None
-
-
-class Clicks(Pipeline):
-    name = "clicks"
-    event_model = Click
-    views = (View("page_views", keys=("section",), measures=(Count(), Sum("ms_on_page"))),)
-
-    def transform(self, events: DataFrame) -> DataFrame:
-        return events.withColumn("section", F.split("page", "/").getItem(1))
-
-
-pipeline = Clicks()
-'''
+#: A user's own pipeline module, as a user writes it: the project's example (clicks counted and summed per
+#: site section), written by tests into a folder outside the project.
+CLICKS_PIPELINE = (Path(__file__).resolve().parents[1] / "deploy" / "pipelines" / "clicks.py").read_text()
 
 
 def free_port() -> int:
