@@ -21,7 +21,7 @@ from tests import oracle
 
 
 def app_id(idempotency_key: str) -> str:
-    """The Delta application transaction id the API records for ``idempotency_key`` (serving/api/ingest.py)."""
+    """The Delta application transaction id the API records for ``idempotency_key`` (serving/api/idempotency.py)."""
     return "ingest:" + hashlib.sha256(idempotency_key.encode("utf-8", "surrogateescape")).hexdigest()
 
 

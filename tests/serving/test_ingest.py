@@ -29,7 +29,9 @@ from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from deploy.settings import Settings
 from serving.api.errors import UnavailableError
-from serving.api.ingest import IdempotencyKey, Ingestor, parse_events
+from serving.api.idempotency import IdempotencyKey
+from serving.api.ingestor import Ingestor
+from serving.api.request_body import parse_events
 from shared_logic.registry import load_pipeline
 
 PIPELINE = "payments"

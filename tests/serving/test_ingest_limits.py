@@ -7,7 +7,7 @@
   The range's own ends are accepted and stored exactly (read back from the Delta table).
 * Integers must fit a 64-bit column (once a 500 from Arrow).
 * Nesting: arrays nested 1,000 deep once raised RecursionError (a 500). Now a body nested more than
-  ``serving.api.ingest.MAX_NESTING`` levels is a 400 naming the limit; at the limit it is an ordinary
+  ``serving.api.request_body.MAX_NESTING`` levels is a 400 naming the limit; at the limit it is an ordinary
   invalid event (422). The batch-run body, read by FastAPI, is a 400 in the same error shape.
 """
 
@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
 from deploy.settings import Settings
-from serving.api.ingest import MAX_NESTING
+from serving.api.request_body import MAX_NESTING
 from shared_logic import EventValidationError, load_pipeline
 
 KEY = "limits-ingest-key"

@@ -1,4 +1,13 @@
-"""HTTP ingest: ``POST /v1/events`` appends events to the master dataset (see ``serving.api.ingest``)."""
+"""HTTP ingest, ``POST /v1/events``: read, validate, commit; only the last step writes.
+
+1. **Read and validate** (``serving.api.request_body``): JSON or NDJSON within ``max_body_bytes``,
+   every event checked strictly from its own bytes; any problem rejects the whole request before it
+   is queued (415, 413, 400, 422 naming the event and field), so nothing is ever half-written.
+2. **Commit** (``serving.api.ingestor``): requests gathered for ``ingest_group_commit_ms`` go to the
+   master dataset in ONE Delta commit; each is answered with that commit's version.
+3. **Retries** (``serving.api.idempotency``): with an ``Idempotency-Key`` a retry gets the first
+   answer and writes nothing, across restarts.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +20,11 @@ from fastapi import APIRouter, FastAPI, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from serving.api.ingest import (
-    IDEMPOTENCY_KEY_PATTERN,
-    JSON_TYPES,
-    MAX_KEY_LENGTH,
-    MAX_NESTING,
-    NDJSON_TYPES,
-    IdempotencyKey,
-    Ingestor,
-    body_format,
-    parse_events_async,
-    read_body,
-)
+from serving.api.idempotency import IDEMPOTENCY_KEY_PATTERN, MAX_KEY_LENGTH, IdempotencyKey
+from serving.api.ingestor import Ingestor
 from serving.api.metrics import EVENTS_INGESTED
 from serving.api.models import ErrorBody
+from serving.api.request_body import JSON_TYPES, MAX_NESTING, NDJSON_TYPES, body_format, parse_events_async, read_body
 from shared_logic.pipeline import Pipeline
 
 
