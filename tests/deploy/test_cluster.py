@@ -137,7 +137,7 @@ def _executors_by_worker(cluster: StandaloneCluster, app_id: str) -> dict[int, s
 
 
 def _batch_id(settings: Settings) -> int:
-    value = redis.Redis.from_url(str(settings.redis_url)).hget(f"lp:{PIPELINE}:speed", "batch_id")
+    value = redis.Redis.from_url(str(settings.redis_url)).hget(f"lp:{{{PIPELINE}}}:speed", "batch_id")
     return -1 if value is None else int(value)
 
 

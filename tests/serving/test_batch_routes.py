@@ -71,7 +71,7 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
             assert done["started_at"] >= done["requested_at"] and done["finished_at"] > done["started_at"]
 
             # The generation is served, and it is a barrier commit of the master dataset.
-            assert int(redis.Redis.from_url(settings.redis_url).get("lp:wordcount:current")) == generation
+            assert int(redis.Redis.from_url(settings.redis_url).get("lp:{wordcount}:current")) == generation
             cdf = DeltaTable(str(settings.master_path)).load_cdf(starting_version=generation, ending_version=generation)
             assert pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist() == ["barrier"]
             answer = client.get("/v1/views/word_counts/keys/the").json()

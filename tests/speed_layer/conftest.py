@@ -13,10 +13,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-import redis
 from deltalake import DeltaTable
 
 from deploy.settings import Settings
+from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
@@ -50,7 +50,7 @@ def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]
 def processed_version(settings: Settings) -> int | None:
     """The version the speed layer committed last (keys are named by the pipeline's name, not its module path)."""
     speed = Keys(load_pipeline(settings.pipeline).name).speed
-    value = redis.Redis.from_url(settings.redis_url).hget(speed, "processed")
+    value = redis_client(settings.redis_url).hget(speed, "processed")
     return None if value is None else int(value)
 
 

@@ -94,8 +94,8 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
     import redis
 
     client = redis.Redis.from_url(settings.redis_url)
-    speed = client.hgetall("lp:payments:speed")
-    applied = [int(b) for b in client.hvals(f"lp:payments:guard:{speed[b'query'].decode()}")]
+    speed = client.hgetall("lp:{payments}:speed")
+    applied = [int(b) for b in client.hvals(f"lp:{{payments}}:guard:{speed[b'query'].decode()}")]
     assert int(speed[b"processed"]) == committed
     assert max(applied) > int(speed[b"batch_id"]), "no micro-batch was left half applied"
     latest = DeltaTable(str(settings.master_path)).version()
@@ -128,7 +128,7 @@ def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
 
     client = redis.Redis.from_url(settings.redis_url)
     deadline = time.monotonic() + timeout
-    while int(client.hget(f"lp:{settings.pipeline}:speed", "batch_id") or -1) < at_least:
+    while int(client.hget(f"lp:{{{settings.pipeline}}}:speed", "batch_id") or -1) < at_least:
         assert time.monotonic() < deadline, "the speed layer made no progress"
         time.sleep(0.1)
 

