@@ -72,6 +72,7 @@ class LocalRedisCluster:
             self.stop()
             raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         self.wait_ok(wait_seconds)
+        self._wait_replicas_online(wait_seconds)
         log.info("Redis Cluster of %d masters, %d replicas each, on ports %s", self.masters, self.replicas, self.ports)
         return self
 
@@ -94,17 +95,32 @@ class LocalRedisCluster:
         raise RuntimeError(f"Redis Cluster node on port {port} did not start; see {folder / 'redis.log'}")
 
     def wait_ok(self, wait_seconds: float = 60.0) -> None:
-        """Until every live node says ``cluster_state:ok`` and every slot is served."""
+        """Until every live node says ``cluster_state:ok`` and every slot's master is a live node (after a
+        kill: until the failure is detected and a replica promoted, about 2-5 s with the 2 s node timeout)."""
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             try:
-                infos = [redis.Redis(port=p).cluster("info") for p in self.live_ports()]
-                if all(i["cluster_state"] == "ok" and int(i["cluster_slots_ok"]) == 16384 for i in infos):
+                live = self.live_ports()
+                infos = [redis.Redis(port=p).cluster("info") for p in live]
+                served = all(i["cluster_state"] == "ok" and int(i["cluster_slots_ok"]) == 16384 for i in infos)
+                masters = {int(s[2][1]) for s in redis.Redis(port=live[0]).execute_command("CLUSTER SLOTS")}
+                if served and masters <= set(live):
                     return
             except redis.RedisError:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"Redis Cluster on ports {self.ports} is not ok after {wait_seconds:.0f} s")
+
+    def _wait_replicas_online(self, wait_seconds: float) -> None:
+        """Until every master has its replicas attached and in sync (``--cluster create`` returns before)."""
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline:
+            infos = [redis.Redis(port=p).info("replication") for p in self.master_ports()]
+            if all(sum(1 for i in range(int(info["connected_slaves"])) if info[f"slave{i}"]["state"] == "online")
+                   >= self.replicas for info in infos):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the replicas of the Redis Cluster on ports {self.ports} did not come online")
 
     def live_ports(self) -> list[int]:
         return [p for p, proc in self.processes.items() if proc.poll() is None]
@@ -118,6 +134,18 @@ class LocalRedisCluster:
         process = self.processes[port]
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
+
+    def replicas_of(self, master_port: int) -> list[int]:
+        """Ports of the live replicas of the master on ``master_port``."""
+        info = redis.Redis(port=master_port).info("replication")
+        return [int(info[f"slave{i}"]["port"]) for i in range(int(info["connected_slaves"]))]
+
+    def pause(self, port: int) -> None:
+        """Freeze one node (SIGSTOP): it neither answers nor replicates until ``resume``."""
+        os.kill(self.processes[port].pid, signal.SIGSTOP)
+
+    def resume(self, port: int) -> None:
+        os.kill(self.processes[port].pid, signal.SIGCONT)
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -91,8 +91,11 @@ def run_speed_layer(
             continue  # the generation went away again since the wait (Redis lost its data)
         lost = False
         while not stop.is_set() and query.isActive:
-            layer.heartbeat()
-            if layer.epoch_lost():
+            try:
+                layer.heartbeat()
+            except RedisError as e:  # Redis away for a moment (a restart, a cluster failover): the query rides it out
+                log.warning("speed layer heartbeat not written: %s", e)
+            if _epoch_lost(layer):
                 lost = True
                 break
             stop.wait(0.5)

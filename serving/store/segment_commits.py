@@ -56,21 +56,42 @@ def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], proc
         nodes = client.nodes_manager.slots_cache[client.keyslot(bucket.current)]
         primary = nodes[0]
         if primary.name not in by_master:
-            connection = client.get_redis_connection(primary)
-            by_master[primary.name] = (connection, len(nodes) - 1, [])
+            by_master[primary.name] = (client.get_redis_connection(primary), len(nodes) - 1, [])
         by_master[primary.name][2].append(bucket)
-    for name, (connection, replicas, buckets) in by_master.items():
-        pipe = connection.pipeline(transaction=False)
-        for bucket in buckets:
-            pipe.eval(_COMMIT, len(bases), *(bucket.segment_meta(base) for base in bases), processed, now)
-        if replicas:
-            pipe.execute_command("WAIT", 1, WAIT_MILLISECONDS)
+    for name, (node, known_replicas, buckets) in by_master.items():
         try:
-            replies = pipe.execute()
-        except redis.RedisError as e:
+            _commit_on(node, buckets, bases, processed, now, known_replicas, name, keys.pipeline)
+        except (redis.RedisError, OSError) as e:
             client.nodes_manager.initialize()  # a failover moved the slots: the replay asks the new masters
+            if isinstance(e, ReplicationError):
+                raise
             raise ReplicationError(f"committing version {processed} of {keys.pipeline!r} on {name} failed: {e}") from e
-        if replicas and int(replies[-1]) < 1:
-            raise ReplicationError(
-                f"no replica of {name} acknowledged version {processed} of {keys.pipeline!r} within "
-                f"{WAIT_MILLISECONDS} ms: the micro-batch is replayed rather than counted as done")
+
+
+def _commit_on(node: redis.Redis, buckets: list[Keys], bases: Sequence[int], processed: int, now: float,
+               known_replicas: int, name: str, pipeline: str) -> None:
+    """The commit on one master, all on one connection (WAIT covers what *its* connection wrote):
+    each bucket's call, then ROLE (still the master? replicas attached now?), then WAIT if any replica
+    is expected (known to the cluster's slot map, or attached)."""
+    connection = node.connection_pool.get_connection()
+    try:
+        for bucket in buckets:
+            connection.send_command("EVAL", _COMMIT, len(bases), *(bucket.segment_meta(b) for b in bases),
+                                    processed, now)
+        for _ in buckets:
+            connection.read_response()
+        connection.send_command("ROLE")
+        role = connection.read_response()
+        if role[0] not in (b"master", "master"):
+            raise ReplicationError(f"{name} is no longer a master (a failover): version {processed} of {pipeline!r} "
+                                   "is replayed on the new one")
+        if max(known_replicas, len(role[2])) == 0:
+            return
+        connection.send_command("WAIT", 1, WAIT_MILLISECONDS)
+        acknowledged = int(connection.read_response())
+    finally:
+        node.connection_pool.release(connection)
+    if acknowledged < 1:
+        raise ReplicationError(
+            f"no replica of {name} acknowledged version {processed} of {pipeline!r} within "
+            f"{WAIT_MILLISECONDS} ms: the micro-batch is replayed rather than counted as done")

@@ -73,3 +73,29 @@ def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> 
     ensure_epoch(client, Keys("orders", buckets=16))
     with pytest.raises(LayoutError, match="laid out in 16 buckets, not 4: use buckets=16"):
         ensure_epoch(client, Keys("orders", buckets=4))
+
+
+def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
+    """The speed layer may commit its offsets only once a replica holds the micro-batch: with the
+    replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning."""
+    from deploy.redis_cluster import LocalRedisCluster
+    from serving.store import segment_commits
+    from serving.store.errors import ReplicationError
+
+    cluster = LocalRedisCluster(tmp_path / "cluster", replicas=1).start()
+    try:
+        client = redis_client(cluster.url)
+        keys = store_keys("orders", cluster.url)
+        segment_commits.commit_processed(client, keys, [3], 7)  # every replica up: done
+        assert {int(client.hget(b.segment_meta(3), "processed")) for b in keys.all_buckets()} == {7}
+        master = client.get_node_from_key(keys.bucket(0).current).port
+        frozen = cluster.replicas_of(master)[0]
+        monkeypatch.setattr(segment_commits, "WAIT_MILLISECONDS", 300)
+        cluster.pause(frozen)
+        try:
+            with pytest.raises(ReplicationError, match=f"no replica of 127.0.0.1:{master} acknowledged version 8"):
+                segment_commits.commit_processed(client, keys, [3], 8)
+        finally:
+            cluster.resume(frozen)
+    finally:
+        cluster.stop()
