@@ -45,7 +45,7 @@ BENCHES = (
            "--quiet-timeout", "5"),
           (), 240),
     Bench("store_size", "benchmarks/store_size_bench.py",
-          ("--rows", "10000", "1000000", "--seconds", "3"),
+          ("--rows", "10000", "1000000", "--seconds", "2", "--rounds", "3"),
           ("--rows", "10000", "1000000", "10000000", "--seconds", "5"), 300),
 )
 
@@ -127,7 +127,8 @@ def _flat_throughput(f: Figures) -> Outcome:
     g, small, large = f["growth"], f["sizes"][0], f["sizes"][-1]
     met, note = _partial(f, g["throughput_loss"] <= 1.2)
     return Outcome(f"{g['throughput_loss']:.2f}x ({small['conc_reads_per_s']:,.0f} -> {large['conc_reads_per_s']:,.0f} "
-                   f"reads/s), {_sizes(f)}", met, note)
+                   f"reads/s; Redis CPU per read {small['redis_us_per_read']:.0f} -> {large['redis_us_per_read']:.0f} us), "
+                   f"{_sizes(f)}", met, note)
 
 
 def _memory(f: Figures) -> Outcome:

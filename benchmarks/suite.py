@@ -43,6 +43,7 @@ class BenchRun:
     seconds: float
     figures: Figures | None
     error: str = ""
+    load: float = 0.0  # the machine's 1-minute load average when the run ended
 
 
 def run_bench(bench: Bench, full: bool, out_dir: Path) -> BenchRun:
@@ -56,12 +57,12 @@ def run_bench(bench: Bench, full: bool, out_dir: Path) -> BenchRun:
             rc = subprocess.run(argv, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                 timeout=bench.timeout * (20 if full else 1)).returncode
     except subprocess.TimeoutExpired:
-        return BenchRun(bench, time.perf_counter() - started, None, f"timed out; log {log}")
-    seconds = time.perf_counter() - started
+        return BenchRun(bench, time.perf_counter() - started, None, f"timed out; log {log}", os.getloadavg()[0])
+    seconds, load = time.perf_counter() - started, os.getloadavg()[0]
     if not out.exists():
-        return BenchRun(bench, seconds, None, f"exit {rc}, no figures; log {log}")
+        return BenchRun(bench, seconds, None, f"exit {rc}, no figures; log {log}", load)
     figures = json.loads(out.read_text())["figures"]
-    return BenchRun(bench, seconds, figures, "" if rc == 0 else f"exit {rc} (figures kept); log {log}")
+    return BenchRun(bench, seconds, figures, "" if rc == 0 else f"exit {rc} (figures kept); log {log}", load)
 
 
 def outcome(measure: Measure, runs: dict[str, BenchRun]) -> Outcome:
@@ -124,8 +125,9 @@ def markdown(table: list[tuple[str, str, str, str, str]], commit: str, when: str
     for measure, target, figure, met, note in table:
         lines.append(f"| {cell(measure)} | {cell(target)} | {cell(figure + (f' ({note})' if note else ''))} | "
                      f"{met} | {commit} |")
-    lines += ["", "Benchmarks run: " + ", ".join(
-        f"{r.bench.name} {r.seconds:.0f} s" + (f" ({r.error})" if r.error else "") for r in runs.values()), ""]
+    lines += ["", f"Benchmarks run ({os.cpu_count()} cores; seconds, and the 1-minute load average as each ended): "
+              + ", ".join(f"{r.bench.name} {r.seconds:.0f} s, load {r.load:.1f}" + (f" ({r.error})" if r.error else "")
+                          for r in runs.values()), ""]
     return "\n".join(lines)
 
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     for bench in selected:
         print(f"  {bench.name:<11} python {' '.join(bench.argv(args.full))} ...", end=" ", flush=True)
         run = runs[bench.name] = run_bench(bench, args.full, out_dir)
-        print(f"{run.seconds:.0f} s" + (f"  {run.error}" if run.error else ""), flush=True)
+        print(f"{run.seconds:.0f} s (load {run.load:.1f})" + (f"  {run.error}" if run.error else ""), flush=True)
     if args.keep is None and not any(r.error for r in runs.values()):
         shutil.rmtree(out_dir, ignore_errors=True)  # kept when a benchmark failed: the table names its log
     total = time.perf_counter() - started
