@@ -69,9 +69,7 @@ def outcome(measure: Measure, runs: dict[str, BenchRun]) -> Outcome:
     """The row of ``measure`` from this run's figures."""
     if measure.bench is None or measure.read is None:
         return Outcome("not measured", None, measure.command)
-    run = runs.get(measure.bench)
-    if run is None:
-        return Outcome("not run", None, f"`suite.py --only {measure.bench}`")
+    run = runs[measure.bench]
     if run.figures is None:
         return Outcome("failed", False, run.error)
     try:
@@ -86,15 +84,17 @@ def outcome(measure: Measure, runs: dict[str, BenchRun]) -> Outcome:
 def verdict(o: Outcome) -> str:
     if o.figure == "not measured":
         return "not measured"
-    if o.figure in ("failed", "not run"):
+    if o.figure == "failed":
         return o.figure
     return "met" if o.met else "NOT met" if o.met is False else "(indicative)"
 
 
 def rows(runs: dict[str, BenchRun]) -> list[tuple[str, str, str, str, str]]:
-    """(measure, target, figure, met, note) per measure."""
+    """(measure, target, figure, met, note) per measure of the benchmarks run (and those with no benchmark)."""
     table = []
     for m in MEASURES:
+        if m.bench is not None and m.bench not in runs:
+            continue  # left out with --only
         o = outcome(m, runs)
         table.append((m.measure, m.target, o.figure, verdict(o), o.note))
     return table
