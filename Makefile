@@ -38,7 +38,7 @@ test: $(STAMP)  ## set up and run every test tier
 test-fast: $(STAMP)  ## skip the slow end-to-end tier
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)  ## quick variant of every benchmark (about 10 min on 2 cores), one table; BENCH_ARGS=--write-results appends it to benchmarks/RESULTS.md
+bench: $(STAMP)  ## quick variant of every benchmark (10-15 min on 2 cores), one table; BENCH_ARGS=--write-results appends it to benchmarks/RESULTS.md
 	$(NICE) $(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 
 clean:  ## remove the virtualenv and local data
