@@ -126,7 +126,7 @@ def markdown(table: list[tuple[str, str, str, str, str]], commit: str, when: str
         lines.append(f"| {cell(measure)} | {cell(target)} | {cell(figure + (f' ({note})' if note else ''))} | "
                      f"{met} | {commit} |")
     lines += ["", f"Benchmarks run ({os.cpu_count()} cores; seconds, and the 1-minute load average as each ended): "
-              + ", ".join(f"{r.bench.name} {r.seconds:.0f} s, load {r.load:.1f}" + (f" ({r.error})" if r.error else "")
+              + ", ".join(f"{r.bench.name} {r.seconds:.0f} s (load {r.load:.1f}" + (f"; {r.error})" if r.error else ")")
                           for r in runs.values()), ""]
     return "\n".join(lines)
 
