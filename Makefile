@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+NICE   ?= nice -n 10
 
 .PHONY: install run status lint test test-fast bench clean help
 
@@ -37,17 +38,8 @@ test: $(STAMP)  ## set up and run every test tier
 test-fast: $(STAMP)  ## skip the slow end-to-end tier
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)  ## list the benchmarks (each takes minutes and prints ratios against a baseline)
-	@echo "batch recompute:  $(BIN)/python benchmarks/batch_recompute.py --events 1000000 --repeat 2"
-	@echo "speed layer:      $(BIN)/python benchmarks/speed_layer_bench.py freshness | throughput --users 1000"
-	@echo "HTTP ingest:      $(BIN)/python benchmarks/ingest_bench.py --help"
-	@echo "key reads:        $(BIN)/python benchmarks/query_bench.py --help"
-	@echo "ingest after demo: $(BIN)/python benchmarks/ingest_after_demo.py --help"
-	@echo "storage engines:  $(BIN)/python benchmarks/engines_bench.py --events 1000000 --repeat 2"
-	@echo "cluster overhead: $(BIN)/python benchmarks/cluster_bench.py --events 1000000 --repeat 2"
-	@echo "speed sources:    $(BIN)/python benchmarks/speed_layer_bench.py compare --users 1000 50000 --repeat 2"
-	@echo "two checkouts:    $(BIN)/python benchmarks/checkouts_bench.py --before /tmp/bench-before --repeat 2"
-	@echo "(see benchmarks/README.md)"
+bench: $(STAMP)  ## quick variant of every benchmark (10-15 min on 2 cores), one table; BENCH_ARGS=--write-results appends it to benchmarks/RESULTS.md
+	$(NICE) $(BIN)/python benchmarks/suite.py $(BENCH_ARGS)
 
 clean:  ## remove the virtualenv and local data
 	rm -rf $(VENV) data

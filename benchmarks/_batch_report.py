@@ -58,7 +58,8 @@ class Variant:
 
 
 def report(args: argparse.Namespace, spark: Any, settings: Any, events: int, files: int,
-           variants: dict[str, Variant], results: dict[str, dict[str, Any]]) -> None:
+           variants: dict[str, Variant], results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Print the report of one event count; returns its headline figures (medians, ratios, CPU)."""
     med = {k: statistics.median(v.seconds) for k, v in variants.items()}
     a_b, c_b = med["A"] / med["B"], med["C"] / med["B"]
     rows = ", ".join(f"{name} {n:,}" for name, n in results["A"]["rows"].items())
@@ -111,4 +112,8 @@ def report(args: argparse.Namespace, spark: Any, settings: Any, events: int, fil
         for text, value in extra:
             print(f"    {text:<72}{value:>8.2f}")
     sys.stdout.flush()
+    return {"events": events, "a_seconds": med["A"], "b_seconds": med["B"], "c_seconds": med["C"],
+            "a_over_b": a_b, "c_over_b": c_b, "a_minus_c": med["A"] - med["C"],
+            "a_over_b_cpu": cpu["A"] / cpu["B"] if cpu["B"] else float("nan"), "others_cores": shared,
+            "repeat": args.repeat}
 

@@ -56,7 +56,7 @@ def instrument(spark: Any) -> None:
 
     STEPS.wrap(MasterDataset, "append_barrier", "1 barrier append (delta-rs commit)")
     STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
-    STEPS.wrap(recompute, "write_generation", lambda rows, table, *a, **k: f"3 gold {table.name}: write_generation")
+    STEPS.wrap(recompute, "write_generation", lambda rows, table, *a, **k: f"3 gold {str(table).rstrip('/').rsplit('/', 1)[-1]}: write_generation")
     STEPS.wrap(DataFrameWriter, "parquet", "3.1  of which Spark job: scan+aggregate+write parquet")
     STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs commit_files (gold Delta commit)")
     STEPS.wrap(recompute, "redis_client", "4 redis: client + begin + flip")

@@ -243,3 +243,17 @@ def alternate(commands: dict[str, tuple[list[str], dict[str, str], Path]], figur
             shown = ", ".join(f"{f} {v:,.2f}" for f, v in values.items())  # type: ignore[str-format]
             print(f"  round {round_} {name:<24} {shown}   ({time.perf_counter() - started:.0f} s)", flush=True)
     return found
+
+
+# --------------------------------------------------------------------------- structured figures
+
+
+def write_figures(path: Path, benchmark: str, figures: dict[str, Any]) -> None:
+    """Write one benchmark's figures as JSON to ``path`` (what ``--json PATH`` of a script does), with the
+    commit measured and the time; ``benchmarks/suite.py`` reads these rather than the printed text."""
+    import json
+
+    head, changed = git_commit("serving", "batch_layer", "speed_layer", "deploy", "shared_logic")
+    record = {"benchmark": benchmark, "commit": head, "uncommitted": changed, "finished_at": time.time(),
+              "figures": figures}
+    path.write_text(json.dumps(record, indent=1, default=float))

@@ -44,7 +44,7 @@ from _batch_data import build_master, chunk_rows
 from _batch_report import TARGET_A_OVER_B, Variant, redis_cpu, redis_info, report, settle
 from _batch_steps import STEPS, instrument
 from _batch_variants import variant_a, variant_b, variant_c, verify
-from _harness import embedded_redis, git_commit, machine_busy_seconds, tree_cpu_seconds, wait_quiet
+from _harness import embedded_redis, git_commit, machine_busy_seconds, tree_cpu_seconds, wait_quiet, write_figures
 
 log = logging.getLogger("bench")
 
@@ -124,7 +124,7 @@ class _Rotation:
             print(f"   repeat {i}/{args.repeat}: " + "  ".join(line), flush=True)
 
 
-def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> None:
+def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> dict[str, float]:
     from deploy.settings import load_settings
     from shared_logic.registry import load_pipeline
 
@@ -142,7 +142,7 @@ def run_size(spark: Any, args: argparse.Namespace, root: Path, events: int) -> N
             rotation.all(events)
         finally:
             shutil.rmtree(b_root, ignore_errors=True)
-    report(args, spark, settings, events, files, rotation.variants, rotation.results)
+    return report(args, spark, settings, events, files, rotation.variants, rotation.results)
 
 
 def code_version() -> str:
@@ -193,6 +193,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="longest wait (s) for the machine to quiet down before a run; then run anyway")
     parser.add_argument("--no-verify", action="store_true", help="skip the untimed correctness check after warm-up")
     parser.add_argument("--verbose", action="store_true", help="log the platform's INFO messages")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file (for suite.py)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or min(args.events) < 1 or args.chunk_rows < 1 or args.min_files < 1 or args.users < 1 or args.merchants < 1:
         parser.error("--repeat, --events, --chunk-rows, --users and --merchants must be >= 1")
@@ -219,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
               f"shuffle partitions {settings.spark_shuffle_partitions}, driver memory {settings.spark_driver_memory}; "
               f"data in {run_root}", flush=True)
         instrument(spark)
-        for events in args.events:
-            run_size(spark, args, run_root, events)
+        figures = [run_size(spark, args, run_root, events) for events in args.events]
         spark.stop()
+        if args.json:
+            write_figures(args.json, "batch_recompute", {"sizes": figures})
     finally:
         if made_root:
             shutil.rmtree(root, ignore_errors=True)

@@ -56,7 +56,17 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _harness import cpu_seconds, free_port, git_commit, machine_busy_seconds, percentile, stop, wait_quiet, wait_up
+from _harness import (
+    cpu_seconds,
+    free_port,
+    git_commit,
+    machine_busy_seconds,
+    percentile,
+    stop,
+    wait_quiet,
+    wait_up,
+    write_figures,
+)
 
 from batch_layer.master.engines import get_engine
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
@@ -196,6 +206,7 @@ def main() -> None:
     parser.add_argument("--quiet-cores", type=float, default=0.5, help="wait until other processes use fewer cores")
     parser.add_argument("--quiet-timeout", type=float, default=60.0)
     parser.add_argument("--data-dir", type=Path, default=None, help="keep the data here (default: a temp dir)")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file (for suite.py)")
     args = parser.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     batch_clients = [int(c) for c in args.batch_clients.split(",")]
@@ -271,12 +282,15 @@ def main() -> None:
                   f"{statistics.median(p.eps for p in ps):9,.0f} events/s"
                   + (f"  server {statistics.median(cpu):5.0f} us CPU/req" if cpu else ""))
         print()
+        figures: dict[str, dict[str, float]] = {"single": {}, "batched": {}}
         for c in clients:
             rps = statistics.median(p.rps for p in phases[f"A 1 event   x{c} conn"])
+            figures["single"][str(c)] = rps
             print(f"single-event POSTs, {c:3d} connections: {rps:7,.0f} requests/s   (target >= 2,000)")
         for c in batch_clients:
             b = statistics.median(p.eps for p in phases[f"B {args.batch_size} events x{c} conn"])
             raw = statistics.median(p.eps for p in phases[f"C raw delta-rs (B x{c})"])
+            figures["batched"][str(c)] = b / raw
             print(f"batched POSTs, {c:2d} connections / raw delta-rs appends: {b:9,.0f} / {raw:9,.0f} events/s "
                   f"= {b / raw:.2f}   (target >= 0.50)")
 
@@ -285,6 +299,9 @@ def main() -> None:
         verdict = "exactly" if in_master == acked else "MISMATCH with"
         print(f"master dataset: {in_master:,} event rows, {verdict} the {acked:,} acknowledged events; "
               f"{DeltaTable(str(settings.master_path)).version()} versions")
+        if args.json:
+            write_figures(args.json, "ingest", {**figures, "exact": in_master == acked, "requests": args.requests,
+                                                "batches": args.batches, "batch_size": args.batch_size})
     finally:
         stop(server, timeout=30)
         server_log.close()
