@@ -25,6 +25,9 @@ class Bench:
 
 
 BENCHES = (
+    Bench("cluster_store", "benchmarks/cluster_store_bench.py",
+          ("--events", "100000", "--versions", "10", "--repeat", "1", "--read-seconds", "3"),
+          ("--events", "2000000", "--versions", "200", "--repeat", "2", "--read-seconds", "10"), 420),
     Bench("query", "benchmarks/query_bench.py",
           ("--rounds", "1", "--seconds", "5", "--warmup", "2", "--no-profile", "--quiet-timeout", "5"),
           ("--no-profile",), 300),
@@ -66,6 +69,16 @@ class Measure:
     bench: str | None  # None: no benchmark exists yet
     read: Callable[[Figures], Outcome | None] | None = None  # None from read(): not in this run's figures
     command: str = ""  # what would measure it, shown when it is not measured
+
+
+def _cluster(figure: str, unit: str) -> Callable[[Figures], Outcome | None]:
+    def read(f: Figures) -> Outcome | None:
+        x = f.get(figure)
+        if x is None:
+            return None
+        return Outcome(f"{x['ratio']:.2f}x ({x['cluster']:,.0f} vs {x['one']:,.0f} {unit}; 2 cores shared)", None)
+
+    return read
 
 
 def _events(n: float) -> str:
@@ -167,8 +180,10 @@ MEASURES = (
                               f["single"]["64"] >= 2000 and f["exact"])),
     Measure("HTTP ingest: batched POSTs / raw delta-rs appends, 4 connections", ">= 0.5x", "ingest",
             lambda f: Outcome(f"{f['batched']['4']:.2f}x", f["batched"]["4"] >= 0.5 and f["exact"])),
-    Measure("Redis Cluster 3 masters / 1: speed-layer throughput", "reported", None,
-            command="no benchmark yet (issue 10 item 6: the view store on Redis Cluster)"),
-    Measure("Redis Cluster 3 masters / 1: key-read throughput", "reported", None,
-            command="no benchmark yet (issue 10 item 6: the view store on Redis Cluster)"),
+    Measure("Redis Cluster 3 masters / 1: speed-layer throughput", "reported", "cluster_store",
+            _cluster("events/s", "events/s")),
+    Measure("Redis Cluster 3 masters / 1: key-read throughput (Lua read, no HTTP)", "reported", "cluster_store",
+            _cluster("reads/s", "reads/s")),
+    Measure("Redis Cluster 3 masters / 1: top-10 (one call per bucket, merged)", "reported", "cluster_store",
+            _cluster("top/s", "top-10/s")),
 )
