@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from speed_layer.errors import NothingServedError
 from speed_layer.job import SpeedLayer
@@ -29,7 +30,10 @@ log = logging.getLogger(__name__)
 #: on a busy machine.
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
               "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError", "redis.exceptions.ClusterDownError",
-              "redis.exceptions.TryAgainError", "serving.store.errors.ReplicationError")
+              "redis.exceptions.TryAgainError", "redis.exceptions.RedisClusterException",
+              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError")
+#: How long the speed layer keeps trying to (re)start while Redis does not answer, before it gives up.
+_REDIS_AWAY_SECONDS = 120.0
 
 
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
@@ -53,7 +57,7 @@ def _epoch_lost(layer: SpeedLayer) -> bool:
     """Did Redis lose its data under the query? (Asked of Redis: an executor's error reaches us as text.)"""
     try:
         return layer.epoch_lost()
-    except RedisError:
+    except (RedisError, RedisClusterException):
         return False  # Redis is away: the transient path below restarts the query, which checks again
 
 
@@ -81,19 +85,28 @@ def run_speed_layer(
     from its checkpoint, in this process. Any other failure of the query is raised.
     """
     stop = stop or threading.Event()
+    away_since: float | None = None
     while not stop.is_set():
-        layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
-        if not _wait_until_ready(layer, stop):
-            return
         try:
+            layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
+            if not _wait_until_ready(layer, stop):
+                return
             query = layer.start()
         except NothingServedError:
             continue  # the generation went away again since the wait (Redis lost its data)
+        except (RedisError, RedisClusterException) as e:  # Redis restarting, a cluster electing a new master
+            away_since = away_since or time.monotonic()
+            if time.monotonic() - away_since > _REDIS_AWAY_SECONDS:
+                raise
+            log.warning("the speed layer cannot start: Redis does not answer (%s); trying again in 2 s", e)
+            stop.wait(2.0)
+            continue
+        away_since = None
         lost = False
         while not stop.is_set() and query.isActive:
             try:
                 layer.heartbeat()
-            except RedisError as e:  # Redis away for a moment (a restart, a cluster failover): the query rides it out
+            except (RedisError, RedisClusterException) as e:  # Redis away for a moment (a restart, a cluster failover): the query rides it out
                 log.warning("speed layer heartbeat not written: %s", e)
             if _epoch_lost(layer):
                 lost = True

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from serving.store.errors import ReplicationError
 from serving.store.keys import Keys
@@ -62,10 +63,19 @@ def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], proc
         try:
             _commit_on(node, buckets, bases, processed, now, known_replicas, name, keys.pipeline)
         except (redis.RedisError, OSError) as e:
-            client.nodes_manager.initialize()  # a failover moved the slots: the replay asks the new masters
+            _refresh_slots(client)
             if isinstance(e, ReplicationError):
                 raise
             raise ReplicationError(f"committing version {processed} of {keys.pipeline!r} on {name} failed: {e}") from e
+
+
+def _refresh_slots(client: RedisCluster) -> None:
+    """Ask the cluster for its slot map again (a failover moved slots: the replay goes to the new masters).
+    Mid-election nobody may answer yet; the client asks again by itself on its next command then."""
+    try:
+        client.nodes_manager.initialize()
+    except (redis.RedisError, RedisClusterException, OSError):
+        pass
 
 
 def _commit_on(node: redis.Redis, buckets: list[Keys], bases: Sequence[int], processed: int, now: float,

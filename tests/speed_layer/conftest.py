@@ -43,8 +43,8 @@ def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]
     finally:
         stop.set()
         thread.join(120)
-    if errors:
-        raise errors[0]
+        if errors:  # also when the test failed meanwhile: the speed layer's death is then the cause to show
+            raise errors[0]
 
 
 def processed_version(settings: Settings) -> int | None:
@@ -54,10 +54,12 @@ def processed_version(settings: Settings) -> int | None:
     return None if value is None else int(value)
 
 
-def wait_caught_up(settings: Settings, timeout: float = 240) -> int:
-    """Block until the speed layer has processed the master dataset's newest version; return it."""
+def wait_caught_up(settings: Settings, timeout: float = 240, *, speed: threading.Thread | None = None) -> int:
+    """Block until the speed layer has processed the master dataset's newest version; return it.
+    ``speed``: the speed layer's thread; its death ends the wait at once."""
     deadline = time.monotonic() + timeout
     while True:
+        assert speed is None or speed.is_alive(), "the speed layer died (its error follows)"
         latest = DeltaTable(str(settings.master_path)).version()
         processed = processed_version(settings)
         if processed is not None and processed >= latest:

@@ -62,8 +62,8 @@ def test_killed_master_loses_no_acknowledged_micro_batch(spark, make_settings, a
                 _ingest_some(master, rng, rng.randint(1, 8))
                 time.sleep(0.1)
 
-        with running_speed_layer(spark, settings):
-            wait_caught_up(settings)
+        with running_speed_layer(spark, settings) as speed:
+            wait_caught_up(settings, speed=speed)
             feeder = threading.Thread(target=ingest, daemon=True)
             feeder.start()
             try:
@@ -76,7 +76,7 @@ def test_killed_master_loses_no_acknowledged_micro_batch(spark, make_settings, a
             finally:
                 stop_ingest.set()
                 feeder.join(30)
-            version = wait_caught_up(settings, timeout=300)
+            version = wait_caught_up(settings, timeout=300, speed=speed)
             with api(pipeline="payments", redis_url=settings.redis_url) as server:
                 assert assert_exact(server.base_url, settings, version) > 20
     finally:
