@@ -24,7 +24,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _harness import medians, print_medians, write_figures
-from speed_layer_bench import _payments_table
+from speed_layer_bench import catch_up_seconds, payments_table
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
@@ -42,8 +41,6 @@ from deploy.redis_cluster import LocalRedisCluster
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from serving.api.view_reader import ServingStore
-from serving.store.connection import redis_client
-from serving.store.keys import Keys
 from shared_logic import load_pipeline
 
 STORES = ("one Redis", "3-master cluster")
@@ -72,8 +69,6 @@ async def _reads(url: str, users: int, seconds: float, concurrency: int, top: bo
 
 
 def _one(spark, store: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
-    from speed_layer.runner import run_speed_layer
-
     data = root / store.replace(" ", "-")
     shutil.rmtree(data, ignore_errors=True)
     cluster = None
@@ -88,22 +83,13 @@ def _one(spark, store: str, args: argparse.Namespace, root: Path) -> dict[str, f
         pipeline = load_pipeline("payments")
         master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
         rng = np.random.default_rng(3)
-        master.append(_payments_table(pipeline, 1000, rng, args.users))
+        master.append(payments_table(pipeline, 1000, rng, args.users))
         run_batch(spark, settings, pipeline, redis_url=url)
         per = args.events // args.versions
         for _ in range(args.versions):
-            master.append(_payments_table(pipeline, per, rng, args.users))
+            master.append(payments_table(pipeline, per, rng, args.users))
         latest = master.latest_version()
-        client, stop = redis_client(url), threading.Event()
-        worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
-                                  kwargs={"redis_url": url, "stop": stop}, daemon=True)
-        t = time.perf_counter()
-        worker.start()
-        while int(client.hget(Keys("payments").speed, "processed") or -1) < latest:
-            time.sleep(0.1)
-        streamed = time.perf_counter() - t
-        stop.set()
-        worker.join(120)
+        streamed = catch_up_seconds(spark, settings, pipeline, url, latest)
         reads = asyncio.run(_reads(url, args.users, args.read_seconds, args.concurrency, top=False))
         tops = asyncio.run(_reads(url, args.users, args.read_seconds, args.concurrency, top=True))
         print(f"  {store:<18} speed layer {per * args.versions / streamed:>10,.0f} events/s   key reads "

@@ -130,7 +130,7 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
         stop_embedded_redis(settings.redis_dir)
 
 
-def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:
+def payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_000) -> pa.Table:
     users = rng.integers(0, users, n)
     merchants = rng.integers(0, 200, n)
     seconds = rng.integers(0, 24 * 3600, n)
@@ -147,10 +147,28 @@ def _payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_
     )
 
 
+def catch_up_seconds(spark, settings, pipeline, redis_url: str, latest: int) -> float:
+    """Seconds for a speed layer started now (in this process) to process the master through ``latest``."""
+    from speed_layer.runner import run_speed_layer
+
+    client, stop = redis_client(redis_url), threading.Event()
+    worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
+                              kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
+    started = time.perf_counter()
+    worker.start()
+    while int(client.hget(Keys(pipeline.name).speed, "processed") or -1) < latest:
+        if not worker.is_alive():
+            raise SystemExit("the speed layer stopped before it caught up; see its log above")
+        time.sleep(0.1)
+    seconds = time.perf_counter() - started
+    stop.set()
+    worker.join(120)
+    return seconds
+
+
 def throughput(events: int, versions: int, users: int, data_dir: Path, storage_engine: str = "delta-rs",
                json_path: Path | None = None) -> None:
     from deploy.spark import build_spark
-    from speed_layer.runner import run_speed_layer
 
     settings = load_settings(data_dir=data_dir, pipeline="payments", speed_trigger_seconds=0.0,
                              speed_max_rows_per_trigger=500_000, spark_driver_memory="6g",
@@ -160,12 +178,12 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
     master = MasterDataset(settings.master_path, pipeline, get_engine("delta-rs"))
     rng = np.random.default_rng(3)
     spark = build_spark(settings, "bench-speed")
-    master.append(_payments_table(pipeline, 1000, rng))
+    master.append(payments_table(pipeline, 1000, rng))
     run_batch(spark, settings, pipeline, redis_url=redis_url)  # generation served; the stream starts after it
     per = events // versions
     t = time.perf_counter()
     for _ in range(versions):
-        master.append(_payments_table(pipeline, per, rng, users))
+        master.append(payments_table(pipeline, per, rng, users))
     print(f"ingested {per * versions:,} events ({users:,} users, 24 h) in {versions} commits "
           f"({time.perf_counter() - t:.1f} s)")
     latest = master.latest_version()
@@ -183,17 +201,7 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
         view.aggregate(transformed).write.format("noop").mode("overwrite").save()
     baseline = time.perf_counter() - t
 
-    client = redis_client(redis_url)
-    stop = threading.Event()
-    worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
-                              kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
-    t = time.perf_counter()
-    worker.start()
-    while int(client.hget(Keys("payments").speed, "processed") or -1) < latest:
-        time.sleep(0.1)
-    streamed = time.perf_counter() - t
-    stop.set()
-    worker.join(120)
+    streamed = catch_up_seconds(spark, settings, pipeline, redis_url, latest)
     n = per * versions
     print(f"speed layer: {n / streamed:,.0f} events/s ({streamed:.1f} s to catch up on {n:,} events, "
           f"query start included)")

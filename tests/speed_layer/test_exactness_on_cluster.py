@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -42,6 +43,10 @@ def test_invariant_on_a_redis_cluster(spark, make_settings, api, cluster_url: st
                 time.sleep(rng.uniform(0, 0.3))
             version = wait_caught_up(settings)
         assert assert_exact(server.base_url, settings, version) > 50
+        listed = httpx.get(f"{server.base_url}/v1/views").json()
+        assert listed["processed_version"] >= version and all(v["generation"] for v in listed["views"]), listed
+        assert httpx.get(f"{server.base_url}/readyz").status_code == 200
+        assert "lambda_speed_processed_version" in httpx.get(f"{server.base_url}/metrics").text
     assert reader.check() > 10
     # The rows really are spread: every master holds part of the served generation.
     for port in redis_cluster.master_ports():
