@@ -48,8 +48,7 @@ STORES = ("one Redis", "3-master cluster")
 
 async def _reads(url: str, users: int, seconds: float, concurrency: int, top: bool) -> float:
     store = ServingStore(url, "payments")
-    done = 0
-    deadline = time.perf_counter() + seconds
+    done, deadline = 0, 0.0
 
     async def worker(seed: int) -> None:
         nonlocal done
@@ -61,7 +60,10 @@ async def _reads(url: str, users: int, seconds: float, concurrency: int, top: bo
                 await store.read("spend_by_user", [(f"user-{rng.randrange(users)}", None)], ["count", "sum_amount"], [])
             done += 1
 
+    if top:  # the first top-N builds the batch rankings (once per generation): not what is measured
+        await store.top("spend_by_user", "sum_amount", None, 10)
     started = time.perf_counter()
+    deadline = started + seconds
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     rate = done / (time.perf_counter() - started)
     await store.close()

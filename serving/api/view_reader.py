@@ -114,6 +114,8 @@ class ServingStore:
         self._install = self._client.register_script(INSTALL_RANKING)
         #: The highest version this process has answered at (see the module docstring).
         self._answered = -1
+        #: Rankings this process is building, by key: concurrent first requests share one build.
+        self._building: dict[str, asyncio.Future[None]] = {}
 
     @property
     def client(self) -> aioredis.Redis:
@@ -245,18 +247,29 @@ class ServingStore:
             if not (len(reply) == 3 and reply[1] == b"unranked"):
                 return reply
             ranked = reply[0].decode()
-            await self._rank(bucket, int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+            await self._rank_once(bucket, int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
         raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
 
-    async def _rank(self, bucket: Keys, generation: int, view: str, measure: str, window_start: int | None,
+    async def _rank_once(self, bucket: Keys, generation: int, view: str, measure: str, window_start: int | None,
+                         position: int | None) -> None:
+        """``_rank``, shared by the requests of this process that need the same ranking at once."""
+        ranking = bucket.scores(generation, view, measure, window_start)
+        build = self._building.get(ranking)
+        if build is None:
+            build = asyncio.ensure_future(self._rank(bucket, ranking, generation, view, window_start, position))
+            self._building[ranking] = build
+            build.add_done_callback(lambda _: self._building.pop(ranking, None))
+        await asyncio.shield(build)  # a request that gives up does not cancel the others' build
+
+    async def _rank(self, bucket: Keys, ranking: str, generation: int, view: str, window_start: int | None,
                     position: int | None) -> None:
-        """Build generation ``generation``'s ranking of ``view`` by ``measure`` from its rows hash.
+        """Build generation ``generation``'s ranking (``ranking``) of ``view`` from its rows hash.
 
         Built in pages beside the final key and installed with one atomic rename, so Redis is never
-        blocked for long and readers see no half-built ranking. Concurrent first requests may each
-        build one; the first installed wins. A generation dropped meanwhile takes its pieces along.
+        blocked for long and readers see no half-built ranking. Concurrent first requests of one
+        process share one build; of several processes, each builds one and the first installed wins.
+        A generation dropped meanwhile takes its pieces along.
         """
-        ranking = bucket.scores(generation, view, measure, window_start)
         building = f"{ranking}:building:{uuid.uuid4().hex[:8]}"
         page: dict[bytes, float] = {}
         try:

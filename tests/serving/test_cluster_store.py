@@ -99,3 +99,45 @@ def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monke
             cluster.resume(frozen)
     finally:
         cluster.stop()
+
+
+@pytest.mark.parametrize("store", ["one Redis", "cluster"])
+def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exactly(
+        store: str, request: pytest.FixtureRequest, monkeypatch) -> None:
+    import asyncio
+    import json
+
+    from batch_layer.recompute import publish
+    from serving.api.view_reader import ServingStore
+
+    url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
+    client, keys = redis_client(url), store_keys("wc", url)
+    counts = {f"word{i:03d}": (i * 37) % 101 + 1 for i in range(300)}  # plain-Python oracle
+    epoch = ensure_epoch(client, keys)
+    publish.begin(client, keys, 5, epoch)
+    for word, count in counts.items():
+        client.hset(keys.for_key(word).rows(5, "word_counts"), word, json.dumps([count]))
+    assert publish.flip(client, keys, 5, epoch, {"measures:word_counts": ["count"]})
+
+    builds: list[str] = []
+    real = ServingStore._rank
+
+    async def counting(self, bucket, ranking, *args):
+        builds.append(ranking)
+        await asyncio.sleep(0.05)  # long enough for every request to arrive while it builds
+        await real(self, bucket, ranking, *args)
+
+    monkeypatch.setattr(ServingStore, "_rank", counting)
+
+    async def ask() -> list:
+        reader = ServingStore(url, "wc")
+        answers = await asyncio.gather(*(reader.top("word_counts", "count", None, 10) for _ in range(20)))
+        await reader.close()
+        return answers
+
+    answers = asyncio.run(ask())
+    assert len(builds) == len(set(builds)) <= keys.buckets  # one build per bucket, shared by all 20 requests
+    want = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    for answer in answers:
+        ranked = sorted(answer.batch.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+        assert ranked == [(w, float(c)) for w, c in want]
