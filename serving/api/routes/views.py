@@ -10,13 +10,16 @@ from fastapi import APIRouter, Path, Query, Request
 from serving.api import queries
 from serving.api.deps import PipelineDep, StoreDep
 from serving.api.errors import NotFoundError
+from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
 from serving.api.times import QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.pipeline import Pipeline
 from shared_logic.views import View
 
-router = APIRouter(prefix="/v1/views", tags=["views"])
+#: Lean routes (``serving.api.lean_route``): documented and validated as FastAPI derives them from the
+#: declarations below, without FastAPI's per-request dependency solving.
+router = APIRouter(prefix="/v1/views", tags=["views"], route_class=LeanRoute)
 
 ViewName = Annotated[str, Path(description="View name, as listed by GET /v1/views.")]
 _TIME = ("ISO 8601 (`2024-03-01T09:00:00Z`; no offset means UTC) or epoch seconds (`1709283600`, at most 6 "
