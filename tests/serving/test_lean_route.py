@@ -1,8 +1,8 @@
 """The views routes on ``LeanRoute`` answer exactly as FastAPI's own handler does (issue 10, item 1).
 
-The oracle is FastAPI itself: a twin of the app whose views routes are copied, declaration for
-declaration, onto plain ``APIRoute``s (``plain_views_router``), served side by side with the real
-app over HTTP, on the same Redis and settings. Every request of a corpus (good and bad: unknown
+The oracle is FastAPI itself: a twin of the app whose views routes are declared again, argument
+for argument, on plain ``APIRoute``s and included with ``include_router`` as before
+(``fastapi_twin``), served side by side with the real app over HTTP, on the same Redis and settings. Every request of a corpus (good and bad: unknown
 views and keys, malformed and out-of-range times, parameters that do not fit the view, missing
 and wrong keys, nothing published) must get the same status, the same bytes and the same headers
 from both, and ``/openapi.json`` must be the same document. Then, as a regression for the cost:
@@ -20,14 +20,13 @@ from typing import Any
 import fastapi.routing
 import httpx
 import pytest
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
-from serving.api import app as app_module
+from serving.api.app import create_app
 from serving.api.lean_route import LeanRoute, LeanRouteError
-from serving.api.routes import views
 from shared_logic.registry import load_pipeline
 from tests.conftest import ApiServer
 from tests.support import ingest_file, key_url
@@ -90,11 +89,14 @@ CORPUS: list[tuple[str, Any]] = [
 ]
 
 
-def plain_views_router() -> APIRouter:
-    """The views routes, each declared again with the same arguments on a plain ``APIRoute``."""
+def fastapi_twin(app: FastAPI) -> FastAPI:
+    """``app`` with its lean routes served as FastAPI alone serves them: declared again, argument for
+    argument, on plain ``APIRoute``s of a router that ``include_router`` puts where they were."""
+    routes = app.router.routes
+    lean = [r for r in routes if isinstance(r, LeanRoute)]
+    assert lean, "the app has no lean routes"
     plain = APIRouter()
-    for route in views.router.routes:
-        assert isinstance(route, LeanRoute)
+    for route in lean:
         plain.add_api_route(
             route.path, route.endpoint, response_model=route.response_model, status_code=route.status_code,
             tags=route.tags, dependencies=route.dependencies, summary=route.summary, description=route.description,
@@ -107,19 +109,21 @@ def plain_views_router() -> APIRouter:
             response_model_exclude_none=route.response_model_exclude_none, include_in_schema=route.include_in_schema,
             name=route.name, openapi_extra=route.openapi_extra, route_class_override=APIRoute,
         )
-    assert plain.routes and not any(isinstance(r, LeanRoute) for r in plain.routes)
-    return plain
+    at = routes.index(lean[0])
+    routes[:] = [r for r in routes if not isinstance(r, LeanRoute)]
+    app.include_router(plain)
+    routes.insert(at, routes.pop())
+    assert not any(isinstance(r, LeanRoute) for r in app.router.routes)
+    return app
 
 
 @contextmanager
-def twins(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[httpx.Client, httpx.Client]]:
-    """HTTP clients of the real app and of its twin on plain APIRoutes, both serving ``settings``."""
-    lean = app_module.create_app(settings, redis_url=settings.redis_url or "")
-    with monkeypatch.context() as patch:
-        patch.setattr(views, "router", plain_views_router())
-        plain = app_module.create_app(settings, redis_url=settings.redis_url or "")
+def twins(settings: Settings) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """HTTP clients of the real app and of its FastAPI twin, both serving ``settings``."""
+    apps = [create_app(settings, redis_url=settings.redis_url or ""),
+            fastapi_twin(create_app(settings, redis_url=settings.redis_url or ""))]
     with ExitStack() as stack:
-        servers = [stack.enter_context(ApiServer(app)) for app in (lean, plain)]
+        servers = [stack.enter_context(ApiServer(app)) for app in apps]
         yield tuple(stack.enter_context(httpx.Client(base_url=s.base_url, timeout=10)) for s in servers)  # type: ignore[misc]
 
 
@@ -136,10 +140,10 @@ def same_answers(lean: httpx.Client, plain: httpx.Client, headers: dict[str, str
 
 
 def test_answers_errors_and_openapi_are_fastapis_own(
-    spark: Any, make_settings: Callable[..., Settings], redis_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    spark: Any, make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path
 ) -> None:
     settings = make_settings(pipeline="payments")
-    with twins(settings, monkeypatch) as (lean, plain):
+    with twins(settings) as (lean, plain):
         assert lean.get("/openapi.json").json() == plain.get("/openapi.json").json()
         before = same_answers(lean, plain)  # nothing published: 503 where a read is needed, else 404 / 422
         assert {503, 404, 422} <= set(before) and 200 in before, before
@@ -158,9 +162,9 @@ def test_answers_errors_and_openapi_are_fastapis_own(
     ({"Authorization": f"Bearer {READER}"}, {200, 404, 422, 503}),
 ])
 def test_auth_refusals_are_fastapis_own(headers: dict[str, str] | None, expected: set[int],
-                                        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+                                        make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(pipeline="payments", api_keys=KEYS, http_host="0.0.0.0")
-    with twins(settings, monkeypatch) as (lean, plain):
+    with twins(settings) as (lean, plain):
         assert set(same_answers(lean, plain, headers)) == expected
 
 
