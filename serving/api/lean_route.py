@@ -56,6 +56,7 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 #: route on inclusion instead, so the route's own dependant is the effective one.
 _EFFECTIVE_ROUTE = getattr(fastapi_routing, "_effective_route_context_var", None)
 
+_NONE: dict[str, str] = {}  # the query parameters of a request without a query string
 _IMMUTABLE = (type(None), bool, int, float, str, bytes)
 _COMPOUND = (collections.abc.Sequence, collections.abc.Set, collections.abc.Mapping, BaseModel)
 
@@ -70,7 +71,7 @@ class _Param:
 
     name: str
     alias: str
-    validate: Callable[..., tuple[Any, list[Any]]]
+    validate: Callable[..., tuple[Any, list[Any]]] | None  # None: a plain ``str``, any string is valid as is
     required: bool
     default: Any
     copy_default: bool
@@ -128,8 +129,9 @@ def _params(dependant: Dependant, where: str) -> tuple[tuple[_Param, ...], tuple
         default = None if required else field.get_default()
         if not required and info.validate_default:
             raise _refuse(where, f"parameter {field.name!r} validates its default")
-        return _Param(field.name, info.validation_alias or field.alias, field.validate, required, default,
-                      not isinstance(default, _IMMUTABLE))
+        plain = info.annotation is str and not info.metadata and not config
+        return _Param(field.name, info.validation_alias or field.alias, None if plain else field.validate, required,
+                      default, not isinstance(default, _IMMUTABLE))
 
     return tuple(param(f) for f in dependant.path_params), tuple(param(f) for f in dependant.query_params)
 
@@ -186,6 +188,11 @@ def _read(params: tuple[_Param, ...], received: Any, loc: str, values: dict[str,
                 return False
             values[p.name] = copy.deepcopy(p.default) if p.copy_default else p.default
             continue
+        if p.validate is None and type(raw) is str:
+            values[p.name] = raw
+            continue
+        if p.validate is None:  # not a string: only FastAPI's handler knows what to say
+            return False
         value, errors = p.validate(raw, values, loc=(loc, p.alias))
         if errors:
             return False
@@ -223,7 +230,8 @@ def _lean_handler(route: Any, full: Handler, where: str) -> Handler:
         values: dict[str, Any] = {}
         if (overrides is not None and getattr(overrides, "dependency_overrides", None)) \
                 or not _read(path_params, request.path_params, "path", values) \
-                or not _read(query_params, request.query_params, "query", values):
+                or not _read(query_params, request.query_params if request.scope.get("query_string") else _NONE,
+                             "query", values):
             return await full(request)
         await _solve(dependencies, request, {}, values)
         for name in request_params:
