@@ -18,7 +18,8 @@ behind it. What is derived per request in FastAPI is derived once here, when the
 **Guarantee: a request gets the answer FastAPI's handler gives it.** Whenever a parameter does not
 validate, the request goes to FastAPI's handler, so every 422 (and its detail) is FastAPI's own;
 exceptions of dependencies and of the endpoint propagate to the app's exception handlers as with
-FastAPI; with ``app.dependency_overrides`` set, FastAPI's handler answers every request.
+FastAPI; when the route's ``dependency_overrides_provider`` (the app, for an included route) has
+``dependency_overrides``, FastAPI's handler answers every request.
 
 Routes whose requests need more of FastAPI are refused when the route is built (``LeanRouteError``,
 naming what to change): a body, header or cookie parameters, sequence or model parameters,

@@ -20,7 +20,7 @@ from typing import Any
 import fastapi.routing
 import httpx
 import pytest
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 
 from batch_layer.recompute.job import run_batch
@@ -183,6 +183,34 @@ def test_good_reads_skip_fastapis_dependency_solving(api: Callable[..., Any], mo
         assert solved == []
         assert client.get(key_url(HOURLY, "alice"), params={"window_start": "soon"}).status_code == 422
         assert solved == [key_url(HOURLY, "alice")]
+
+
+def test_included_lean_routes_await_the_inclusions_dependencies(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    solved: list[object] = []
+
+    async def audit(request: Request) -> None:
+        seen.append(request.url.path)
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        solved.append(kwargs)
+        return await solve(*args, **kwargs)
+
+    solve = fastapi.routing.solve_dependencies
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counting)
+    router = APIRouter(route_class=LeanRoute)
+
+    @router.get("/names/{name}", response_model=dict[str, str])
+    async def echo(name: str, shout: bool = False) -> dict[str, str]:
+        return {"name": name.upper() if shout else name}
+
+    app = FastAPI()
+    app.include_router(router, prefix="/v1", dependencies=[Depends(audit)])
+    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        assert client.get("/v1/names/ada", params={"shout": "on"}).json() == {"name": "ADA"}
+        assert (seen, solved) == (["/v1/names/ada"], [])
+        assert client.get("/v1/names/ada", params={"shout": "loudly"}).status_code == 422  # FastAPI's own
+        assert len(seen) == len(solved) == 2
 
 
 def test_routes_that_need_more_of_fastapi_are_refused_when_built() -> None:
