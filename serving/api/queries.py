@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +84,36 @@ def window_starts(view: View, window_start: datetime | None, start: datetime | N
 
 
 # --------------------------------------------------------------------------------------------
+# what a view's answers need, derived once per view
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A view's measures as its answers use them (``View`` derives these anew on every access)."""
+
+    scalar: tuple[Measure, ...]
+    scalar_names: tuple[str, ...]
+    distinct_names: tuple[str, ...]
+    counts: tuple[str, ...]
+
+
+#: id(view) -> (view, its shape); the view is kept so that its id is never reused for another view.
+_SHAPES: dict[int, tuple[View, _Shape]] = {}
+
+
+def _shape(view: View) -> _Shape:
+    entry = _SHAPES.get(id(view))
+    if entry is None or entry[0] is not view:
+        scalar = view.scalar_measures
+        shape = _Shape(scalar, tuple(m.name for m in scalar), tuple(m.name for m in view.distinct_measures),
+                       tuple(m.name for m in scalar if isinstance(m, Count)))
+        if len(_SHAPES) > 1024:  # pipelines are loaded once per app; tests build many
+            _SHAPES.clear()
+        _SHAPES[id(view)] = entry = (view, shape)
+    return entry[1]
+
+
+# --------------------------------------------------------------------------------------------
 # integral measures
 
 _INTEGRAL: weakref.WeakKeyDictionary[ServingStore, dict[tuple[int, str], frozenset[str]]] = weakref.WeakKeyDictionary()
@@ -92,19 +123,23 @@ async def integral_measures(store: ServingStore, generation: int, view: View) ->
     """The measures of ``view`` whose values are integers in ``generation``: what the batch run recorded
     (``integral:{view}`` in the generation's metadata: measures over an integral column type), else
     the counts. Cached per store and generation (a generation's metadata never changes)."""
-    cache = _INTEGRAL.setdefault(store, {})
-    found = cache.get((generation, view.name))
+    found = _known_integral(store, generation, view)
     if found is None:
         try:
             raw = await store.client.hget(store.keys.meta(generation), f"integral:{view.name}")
         except (RedisError, OSError) as e:
             raise UnavailableError(f"Redis is unreachable: {e}") from e
-        names = json.loads(raw) if raw else [m.name for m in view.scalar_measures if isinstance(m, Count)]
-        found = frozenset(names)
+        found = frozenset(json.loads(raw) if raw else _shape(view).counts)
+        cache = _INTEGRAL.setdefault(store, {})
         if len(cache) > 256:  # generations come and go: keep the cache small
             cache.clear()
         cache[(generation, view.name)] = found
     return found
+
+
+def _known_integral(store: ServingStore, generation: int, view: View) -> frozenset[str] | None:
+    cache = _INTEGRAL.get(store)
+    return None if cache is None else cache.get((generation, view.name))
 
 
 def _typed(measure: Measure, value: float | None, integral: frozenset[str]) -> Any:
@@ -114,11 +149,12 @@ def _typed(measure: Measure, value: float | None, integral: frozenset[str]) -> A
 
 def combine(view: View, parts: Iterable[dict[str, float | None]], integral: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Combine scalar parts (windows; batch and realtime) with each measure's monoid."""
-    merged: dict[str, Any] = {m.name: None for m in view.scalar_measures}
+    scalar = _shape(view).scalar
+    merged: dict[str, Any] = dict.fromkeys(m.name for m in scalar)
     for part in parts:
-        for measure in view.scalar_measures:
+        for measure in scalar:
             merged[measure.name] = measure.combine(merged[measure.name], part.get(measure.name))
-    return {m.name: _typed(m, merged[m.name], integral) for m in view.scalar_measures}
+    return {m.name: _typed(m, merged[m.name], integral) for m in scalar}
 
 
 def _finish(view: View, scalars: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
@@ -150,14 +186,16 @@ async def key_answer(
     """The exact measures of ``key`` in ``view`` (one window, a range of windows, or all time)."""
     starts = window_starts(view, window_start, start, end)
     items = [(key, s) for s in starts] if starts else [(key, None)]
-    read = await store.read(
-        view.name, items, [m.name for m in view.scalar_measures], [m.name for m in view.distinct_measures]
-    )
+    shape = _shape(view)
+    read = await store.read(view.name, items, shape.scalar_names, shape.distinct_names)
     present = [_present(b) or _present(r) for b, r in zip(read.batch, read.realtime)]
     if not any(present):
         where = f" in the {len(starts)} window(s) asked for" if starts else ""
         raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")
-    integral = await integral_measures(store, read.generation.generation, view)
+    served = read.generation.generation
+    integral = _known_integral(store, served, view)
+    if integral is None:
+        integral = await integral_measures(store, served, view)
     value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
     answer = _answer(view, key, read.generation, value)
     if view.window and window_start is not None:
