@@ -123,7 +123,8 @@ def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exac
     real = ServingStore._rank
 
     async def counting(self, bucket, ranking, *args):
-        builds.append(ranking)
+        if not await self.client.exists(ranking):  # the builds that build (one may find it done: no cost)
+            builds.append(ranking)
         await asyncio.sleep(0.05)  # long enough for every request to arrive while it builds
         await real(self, bucket, ranking, *args)
 
