@@ -86,7 +86,7 @@ def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
                 response = http.post("/v1/events", json={"text": text})
                 assert response.status_code == 202, response.text
                 acknowledged += 1
-            _wait(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 60)
+            _wait(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 180)
 
             before = {w: _count(http, w) for w in ("zebra", "quagga", "okapi", "the")}
             run_id = _trigger_recompute(http)
