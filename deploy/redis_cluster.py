@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("data/redis-cluster"), help="where the nodes keep their data")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     cluster = LocalRedisCluster(args.dir, masters=args.masters, replicas=args.replicas).start()
+    # Blocked only now: the nodes must not inherit a mask that blocks the SIGTERM that stops them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     print(f"export LAMBDA_REDIS_URL='{cluster.url}'", flush=True)
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
