@@ -123,6 +123,14 @@ class Settings(BaseSettings):
         scheme = urlparse(value).scheme
         if scheme not in _REDIS_SCHEMES:
             raise ValueError(f"must start with one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}, got {value!r}")
+        if scheme == "redis+cluster":  # the node list and bucket count, checked before anything connects
+            from serving.store.connection import check_cluster_url
+            from serving.store.errors import StoreError
+
+            try:
+                check_cluster_url(value)
+            except StoreError as e:
+                raise ValueError(str(e)) from e
         return value
 
     @field_validator("batch_schedule")

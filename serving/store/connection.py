@@ -84,6 +84,12 @@ def _cluster_nodes(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     return nodes, auth
 
 
+def check_cluster_url(url: str) -> None:
+    """Raise StoreError naming what is wrong with a ``redis+cluster://`` URL (nodes, bucket count)."""
+    _cluster_nodes(url)
+    bucket_count(url)
+
+
 def redis_client(url: str, *, fail_fast: bool = False, decode: bool = False) -> redis.Redis:
     """A client for ``url``: patient (jobs) or ``fail_fast`` (request handlers); ``decode`` answers str.
 

@@ -47,3 +47,10 @@ def test_invalid_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch, var
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError, match=named):
         load_settings()
+
+
+@pytest.mark.parametrize(("url", "named"), [("redis+cluster://127.0.0.1", "host:port"),
+                                            ("redis+cluster://127.0.0.1:7000?buckets=zero", "buckets=")])
+def test_a_bad_cluster_url_is_refused_at_load_naming_the_fault(tmp_path, url: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(data_dir=tmp_path, redis_url=url)
