@@ -127,7 +127,7 @@ class SpeedLayer:
             raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
         # Metadata first: a reader must never see a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
-        buckets = [self.keys, *(self.keys.all_buckets() if self.keys.buckets > 1 else ())]
+        buckets = self.keys.every_prefix()
         for bucket in buckets:
             for meta in self.client.scan_iter(match=bucket.segment_metas):
                 self.client.unlink(meta)

@@ -149,7 +149,7 @@ def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Map
     for name, value in {**meta, "version": generation, "published_at": time.time()}.items():
         args += [name, value if isinstance(value, (int, float, str)) else json.dumps(value)]
     served = generation
-    for where in [*(keys.all_buckets() if keys.buckets > 1 else ()), Keys(keys.pipeline, keys.namespace, keys.buckets)]:
+    for where in reversed(keys.every_prefix()):  # the global pointer last
         try:
             served = int(client.eval(_FLIP, 3, where.current, where.meta(generation), where.epoch,
                                      epoch_marker(where, epoch), *args))
@@ -171,12 +171,10 @@ def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
     if served is None:
         return {}
     dropped: dict[str, list[int]] = {}
-    buckets = [keys.bucket(0)] if keys.buckets == 1 else [Keys(keys.pipeline, keys.namespace, keys.buckets),
-                                                          *keys.all_buckets()]
     for index, kind in ((keys.generations, "g"), (keys.segments, "s")):
         stale = sorted(g for g in (int(x) for x in client.smembers(index)) if g < served)
         for number in stale:
-            for where in buckets:
+            for where in keys.every_prefix():
                 delete_prefix(client, where.generation_prefix(number) if kind == "g" else where.segment_prefix(number))
             client.srem(index, number)
         dropped[index.rsplit(":", 1)[-1]] = stale

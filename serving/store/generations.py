@@ -19,19 +19,13 @@ from serving.store.keys import Keys
 from serving.store.replies import text
 
 
-def _marker_keys(keys: Keys) -> list[Keys]:
-    """Whose epoch markers make the store's epoch: the global one, then each bucket's (when bucketed)."""
-    glob = Keys(keys.pipeline, keys.namespace, keys.buckets)
-    return [glob] if keys.buckets == 1 else [glob, *glob.all_buckets()]
-
-
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     """This Redis dataset's epoch, its markers created where missing. A different value later means data was lost.
 
     Raises LayoutError when the store was laid out with another bucket count (its rows would be
     looked for in the wrong buckets).
     """
-    glob = _marker_keys(keys)[0]
+    glob = keys.global_keys
     client.set(glob.layout, keys.buckets, nx=True)
     laid_out = client.get(glob.layout)
     if laid_out is not None and int(laid_out) != keys.buckets:
@@ -40,7 +34,7 @@ def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
             f"use buckets={int(laid_out)} in the Redis URL, or start on an empty Redis"
         )
     markers = []
-    for k in _marker_keys(keys):
+    for k in keys.every_prefix():
         client.set(k.epoch, uuid.uuid4().hex, nx=True)
         value = client.get(k.epoch)
         assert value is not None, f"{k.epoch} vanished right after SET NX (a FLUSHALL in between); run again"
@@ -51,7 +45,7 @@ def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
 def read_epoch(client: redis.Redis, keys: Keys) -> str | None:
     """The store's epoch as it is now, or None when a marker is gone (that Redis lost its data)."""
     markers = []
-    for k in _marker_keys(keys):
+    for k in keys.every_prefix():
         value = client.get(k.epoch)
         if value is None:
             return None
@@ -69,7 +63,7 @@ def served_generation(client: redis.Redis, keys: Keys) -> int | None:
     """The generation readers are served (its master version), or None before the first publish.
 
     On a bucketed store this is the global pointer, which moves last, after every bucket's."""
-    value = client.get(Keys(keys.pipeline, keys.namespace, keys.buckets).current)
+    value = client.get(keys.global_keys.current)
     return None if value is None else int(value)
 
 

@@ -52,6 +52,7 @@ each is loaded beside what is served and dropped whole.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -148,11 +149,23 @@ class Keys:
         return self.bucket_index is None or self.buckets == 1
 
     def bucket(self, index: int) -> Keys:
-        """The names of bucket ``index`` (one slot: a Lua call may touch any of them together)."""
-        return replace(self, bucket_index=index)
+        """The names of bucket ``index`` (one slot: a Lua call may touch any of them together).
+        Cached: publishing asks for a row's bucket once per row."""
+        return _bucket(self, index)
 
     def all_buckets(self) -> Iterator[Keys]:
         return (self.bucket(b) for b in range(self.buckets))
+
+    @property
+    def global_keys(self) -> Keys:
+        """The pipeline's global names (these names, if they are not a bucket's)."""
+        return replace(self, bucket_index=None) if self.bucket_index is not None else self
+
+    def every_prefix(self) -> list[Keys]:
+        """Every prefix the pipeline's keys live under: the global one, then each bucket's when bucketed
+        (with one bucket, bucket 0 *is* the global prefix)."""
+        glob = self.global_keys
+        return [glob] if self.buckets == 1 else [glob, *glob.all_buckets()]
 
     def bucket_of(self, key: str) -> int:
         """The bucket of a row, by its key (not its window: all windows of a key share a bucket, so a
@@ -290,6 +303,11 @@ class Keys:
 
     def batch_scheduler(self, owner: str) -> str:
         return f"{self.batch_prefix}:scheduler:{owner}"
+
+@functools.lru_cache(maxsize=4096)
+def _bucket(keys: Keys, index: int) -> Keys:
+    return replace(keys, bucket_index=index)
+
 
 def row_parts(view: View) -> list[str]:
     """The order of a batch row's parts in Redis: scalar measures, then distinct measures."""
