@@ -43,9 +43,11 @@ from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
 from speed_layer.input import master_changes
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
-from speed_layer.source import VERSION_COLUMN
+from speed_layer.source import SUMMARY, VERSION_COLUMN
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -156,13 +158,7 @@ class SpeedLayer:
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        # No persist(): materializing a cache costs more than reading the versions twice.
-        summary = batch.agg(
-            F.max(VERSION_COLUMN),
-            F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
-        ).first()
-        assert summary is not None, "an aggregate without grouping has exactly one row"
-        last, barriers = summary[0], sorted(summary[1])
+        last, barriers = self._summary(batch, batch_id)
         if last is None:
             return
         if barriers:
@@ -176,6 +172,24 @@ class SpeedLayer:
         self._mark_processed(bases, last, batch_id, time.monotonic() - started)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s (%.2fs)",
                  batch_id, last, rows, bases, time.monotonic() - started)
+
+    def _summary(self, batch: DataFrame, batch_id: int) -> tuple[int | None, list[int]]:
+        """The micro-batch's highest version (None: it has no rows) and its barrier versions, ascending.
+
+        Told by the source's end offset, as Spark logged it before running the micro-batch (the same on
+        every replay: ``speed_layer.source.summarize``, from the commits' statistics); when the offset
+        does not tell (the delta-spark source, statistics that cannot), found from the rows by a Spark job.
+        """
+        logged = _logged_summary(self.checkpoint, batch_id)
+        if logged is not None:
+            return logged
+        # No persist(): materializing a cache costs more than reading the versions twice.
+        summary = batch.agg(
+            F.max(VERSION_COLUMN),
+            F.collect_list(F.when(F.col(KIND_COLUMN) == "barrier", F.col(VERSION_COLUMN))),
+        ).first()
+        assert summary is not None, "an aggregate without grouping has exactly one row"
+        return summary[0], sorted(summary[1])
 
     def _plan(self, batch_id: int, barriers: list[int]) -> list[int]:
         """The segment bases of this micro-batch: decided on its first attempt, reused by replays.
@@ -229,3 +243,23 @@ class SpeedLayer:
             "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
             "last_batch_seconds": round(seconds, 3),
         })
+
+
+def _logged_summary(checkpoint: Path, batch_id: int) -> tuple[int | None, list[int]] | None:
+    """The summary in micro-batch ``batch_id``'s end offset in the checkpoint's offsets log, or None.
+
+    The log's file ``offsets/<batch id>`` is written by Spark before the micro-batch runs: a line
+    ``v1``, a line of metadata, then the end offset of each source (here one, the master's).
+    """
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text(encoding="utf-8").split("\n")
+        offset = json.loads(lines[2]) if len(lines) > 2 and lines[0] == "v1" else None
+    except (OSError, ValueError):
+        return None
+    summary = offset.get(SUMMARY) if isinstance(offset, dict) else None
+    if not isinstance(summary, dict):
+        return None
+    last, barriers = summary.get("last"), summary.get("barriers")
+    if not (last is None or isinstance(last, int)) or not isinstance(barriers, list):
+        return None
+    return last, sorted(int(b) for b in barriers)

@@ -11,6 +11,7 @@ versions and, from the commits' row statistics, in rows: the speed layer's backp
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,10 +22,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from batch_layer.master.delta_log import DeltaLogError, change_feed, newest_version, read_commit
+from batch_layer.master.delta_log import Commit, DeltaLogError, change_feed, newest_version, read_commit
+from shared_logic.events import KIND_COLUMN
 
 VERSION_COLUMN = "_version"
 SOURCE_NAME = "lambda_master"
+#: Key of an end offset holding what the micro-batch holds (``summarize``).
+SUMMARY = "summary"
+_HEAD_CHECK_SECONDS = 10.0
 
 
 def source_schema(master_schema: pa.Schema) -> pa.Schema:
@@ -80,6 +85,9 @@ class MasterChangesReader(DataSourceStreamReader):
         max_rows = options.get("max_rows_per_trigger")
         self.max_rows = int(max_rows) if max_rows else None
         self.partitions_per_batch = int(options.get("partitions", "2"))
+        self._newest: int | None = None  # the newest version the last latestOffset saw, if it walked to it
+        self._capped = False
+        self._head_check = 0.0  # when an idle trigger next asks the table's head (time.monotonic())
 
     def initialOffset(self) -> dict:
         return {"version": self.starting_version}
@@ -94,23 +102,44 @@ class MasterChangesReader(DataSourceStreamReader):
         return latest
 
     def reportLatestOffset(self) -> dict:
+        if self._newest is not None and not self._capped:
+            return {"version": self._newest}  # the last look walked to the head of the log: no second look
         return {"version": self._latest()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        first, latest = start["version"] + 1, self._latest()
-        end = min(latest, start["version"] + self.max_versions)
-        if isinstance(limit, ReadMaxRows) and end >= first:
-            end = self._cap_rows(first, end, limit.max_rows)
-        return {"version": max(end, start["version"])}
+        """The end offset of the next micro-batch: ``start`` itself when nothing was committed after it.
 
-    def _cap_rows(self, first: int, end: int, max_rows: int) -> int:
-        """The last version such that versions first..it hold at most ``max_rows`` rows (at least one version)."""
-        total = 0
-        for version in range(first, end + 1):
-            total += _rows_in_commit(self.path, version)
-            if total > max_rows and version > first:
-                return version - 1
-        return end
+        The versions after ``start`` are walked commit file by commit file (an idle trigger costs one
+        look for a file that is not there yet) up to the caps; the end offset carries their
+        ``summary`` (:func:`summarize`), which Spark writes to the checkpoint's offsets log with it.
+        """
+        first = start["version"] + 1
+        if read_commit(self.path, first) is None and (time.monotonic() < self._head_check or self._latest() < first):
+            # Nothing new. Every _HEAD_CHECK_SECONDS the table's head is asked too, so that a log cleaned up
+            # past the next version (the speed layer fell behind its retention) fails below, not waits forever.
+            if time.monotonic() >= self._head_check:
+                self._head_check = time.monotonic() + _HEAD_CHECK_SECONDS
+            self._newest, self._capped = start["version"], False
+            return start
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        commits: list[Commit] = []
+        total, self._capped = 0, False
+        for version in range(first, start["version"] + self.max_versions + 1):
+            commit = read_commit(self.path, version)
+            if commit is None:
+                break
+            total += commit.rows_added
+            if max_rows is not None and total > max_rows and commits:
+                self._capped = True
+                break
+            commits.append(commit)
+        else:
+            self._capped = True
+        if not commits:  # the log has newer versions but not this one: cleaned up past its retention
+            raise DeltaLogError(f"commit {first} of {self.path} is not in its Delta log: the speed layer cannot read "
+                                "it (log retention shorter than the speed layer's delay); start it fresh")
+        self._newest = commits[-1].version
+        return {"version": commits[-1].version, SUMMARY: summarize(commits)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = start["version"] + 1, end["version"]
@@ -142,9 +171,35 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
             yield rows
 
 
-def _rows_in_commit(path: str, version: int) -> int:
-    """Rows a commit adds with data change, from its add actions' statistics (0 for compactions)."""
-    commit = read_commit(path, version)
-    if commit is None:
-        raise DeltaLogError(f"commit {version} of {path} is not in its Delta log: cannot size the micro-batch")
-    return commit.rows_added
+def summarize(commits: Sequence[Commit]) -> dict | None:
+    """What a micro-batch over ``commits`` holds, known from their statistics without reading a row:
+    ``{"last": the highest version adding rows (None: no rows), "barriers": versions adding barrier rows}``.
+
+    None when the statistics cannot tell for certain (then the micro-batch's rows are asked): a commit
+    with change data files or data-changing removes, an added file without ``numRecords``, or one whose
+    ``_kind`` statistics do not say that all its rows are events or all barriers (min = max).
+    """
+    last, barriers = None, []
+    for commit in commits:
+        kinds = set()
+        for action in commit.actions:
+            if "cdc" in action or (isinstance(action.get("remove"), Mapping) and action["remove"].get("dataChange", True)):
+                return None
+            add = action.get("add")
+            if not isinstance(add, Mapping) or not add.get("dataChange", True):
+                continue
+            stats = json.loads(add["stats"]) if add.get("stats") else {}
+            rows = stats.get("numRecords")
+            if not isinstance(rows, int):
+                return None
+            if rows == 0:
+                continue
+            low, high = stats.get("minValues", {}).get(KIND_COLUMN), stats.get("maxValues", {}).get(KIND_COLUMN)
+            if low != high or low not in ("event", "barrier"):
+                return None
+            kinds.add(low)
+        if kinds:
+            last = commit.version
+        if "barrier" in kinds:
+            barriers.append(commit.version)
+    return {"last": last, "barriers": barriers}
