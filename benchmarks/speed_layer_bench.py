@@ -4,8 +4,8 @@
     python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
     python benchmarks/speed_layer_bench.py compare [--events 500000 --versions 100 --users 1000 50000 --repeat 2]
 
-freshness: the speed layer (trigger at its default, 1 s) and the HTTP API run as in production
-(separate processes); events are ingested one commit each at a steady rate, and for each the time
+freshness: the speed layer (trigger at its default, 0.1 s; LAMBDA_SPEED_TRIGGER_SECONDS sets it) and the
+HTTP API run as in production (separate processes); events are ingested one commit each at a steady rate, and for each the time
 from the ingest call returning to the event being visible in the merged answer over HTTP is
 measured. Prints p50/p95/max, and p95 as a ratio of the trigger interval (target: p95 <= 0.5 s), then
 the CPU the idle speed layer (its process, JVM and Python workers) burns over ``--idle-seconds``.

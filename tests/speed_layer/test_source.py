@@ -115,3 +115,47 @@ def test_rows_cap_and_rows_over_commits_holding_line_separators(tmp_path: Path) 
                 streamed.update(zip(batch.column("text").to_pylist(), batch.column("_version").to_pylist()))
         start = end
     assert streamed == written
+
+
+def test_end_offsets_summarize_their_versions_as_the_rows_do(tmp_path: Path) -> None:
+    """The summary an end offset carries (highest version with rows, barrier versions) is what the rows
+    of its versions say; a commit whose statistics cannot tell gives no summary (the rows are asked)."""
+    import pyarrow as pa
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from batch_layer.master.delta_log import read_commit
+    from speed_layer.source import SUMMARY, MasterChangesReader, summarize
+
+    pipeline = load_pipeline("wordcount")
+    master = MasterDataset(tmp_path / "master", pipeline, get_engine("delta-rs"))
+    master.append(pipeline.schema.validate([{"text": "a b"}] * 2))
+    master.append_barrier("run-1")
+    DeltaTable(str(master.path)).optimize.compact()  # no rows: dataChange = false
+    master.append(pipeline.schema.validate([{"text": "c"}]))
+    master.append_barrier("run-2")
+    DeltaTable(str(master.path)).optimize.compact()
+    latest = DeltaTable(str(master.path)).version()
+
+    def oracle(first: int, last: int) -> dict:
+        kinds = {v: {dict(row)["_kind"] for row in _rows_added(master.path, v)} for v in range(first, last + 1)}
+        with_rows = [v for v, k in kinds.items() if k]
+        return {"last": max(with_rows) if with_rows else None, "barriers": [v for v, k in kinds.items() if "barrier" in k]}
+
+    for first in range(1, latest + 1):
+        for last in range(first, latest + 1):
+            commits = [read_commit(str(master.path), v) for v in range(first, last + 1)]
+            assert summarize(commits) == oracle(first, last), (first, last)  # type: ignore[arg-type]
+
+    reader = MasterChangesReader({"path": str(master.path), "schema_json": master_schema_option(master.schema),
+                                  "starting_version": "0", "max_versions_per_trigger": "3"})
+    start = reader.initialOffset()
+    while start["version"] < latest:
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end[SUMMARY] == oracle(start["version"] + 1, end["version"])
+        start = end
+    assert reader.latestOffset(start, ReadAllAvailable()) is start, "nothing new: the start offset itself"
+
+    mixed = pa.table({"text": ["x", ""], "event_time": pa.array([None, None], pa.timestamp("us", tz="UTC")),
+                      "_kind": ["event", "barrier"]}, schema=master.schema)
+    version = master.append(mixed)
+    assert summarize([read_commit(str(master.path), version)]) is None  # type: ignore[list-item]
