@@ -7,6 +7,9 @@
     lambda-platform serve            run the HTTP API
     lambda-platform up               everything, supervised: Redis, API, speed layer, scheduler, demo traffic
     lambda-platform status           each part: up or down, versions, lag, last batch run
+    lambda-platform query VIEW KEY   a key's merged measures, from the running API (--explain: its parts)
+    lambda-platform top VIEW         the top keys of a view by a measure
+    lambda-platform keys VIEW        a view's keys and values, by key, paged (--prefix, --where COL=VALUE)
     lambda-platform generate         demo traffic over HTTP
 
 Configuration comes from LAMBDA_* environment variables (see README); the global options below
@@ -28,16 +31,19 @@ from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
 from deploy.console import configure_logging, console, out, progress
-from deploy.errors import DeployError
+from deploy.errors import ApiError, DeployError
 from deploy.settings import Settings, load_settings, private_dir, with_api_keys
 from deploy.signals import stop_on_signals
+from deploy.view_commands import add_view_commands
 from shared_logic.errors import SharedLogicError
 
 log = logging.getLogger("lambda_platform")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: Commands that only ask (they leave the data dir alone).
+_CLIENTS = {"status", "query", "top", "keys"}
 #: Commands that do one thing and print its result (the rest run until stopped).
-_ONE_SHOT = {"ingest", "batch run", "status"}
+_ONE_SHOT = {"ingest", "batch run", "status", "query", "top", "keys"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--rate", type=float, help="events per second (LAMBDA_GENERATE_RATE)")
     _http_options(generate, "post to the API at")
     generate.set_defaults(handler=_cmd_generate)
+    add_view_commands(sub, _http_options)
     return parser
 
 
@@ -248,15 +255,10 @@ def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     key = next((k for k, scopes in (settings.api_keys or {}).items() if "ingest" in scopes), None)
     stop = stop_on_signals()
     rate = args.rate or settings.generate_rate
-    console.print(f"posting {settings.pipeline} events at {rate:g}/s to {_api_url(settings)}; Ctrl-C stops")
-    accepted = generate(settings.pipeline, _api_url(settings), key, rate, stop)
+    console.print(f"posting {settings.pipeline} events at {rate:g}/s to {settings.api_url}; Ctrl-C stops")
+    accepted = generate(settings.pipeline, settings.api_url, key, rate, stop)
     console.print(f"{accepted} events accepted")
     return EXIT_OK
-
-
-def _api_url(settings: Settings) -> str:
-    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
-    return f"http://{host}:{settings.http_port}"
 
 
 def _report(error: Exception) -> None:
@@ -277,9 +279,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
         os.environ.update(settings.object_store_env())  # delta-rs, pyarrow, S3A and Spark's workers read them
-        if command != "status":
+        if command not in _CLIENTS:
             private_dir(settings.data_dir)  # 0700 from the start: events, keys and Redis data live here
         return handler(settings, args)
+    except ApiError as e:
+        _report(e)
+        return EXIT_FAILED
     except DeployError as e:
         _report(e)
         return EXIT_USAGE

@@ -11,3 +11,15 @@ class ConfigError(DeployError):
 
 class EmbeddedRedisError(DeployError):
     """The embedded Redis server could not be started or reached."""
+
+
+class ApiError(DeployError):
+    """The HTTP API could not be reached or answered with an error; the message names the URL and its detail."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UsageError(DeployError):
+    """A command-line argument that cannot be used; the message names it and shows the right form."""

@@ -245,6 +245,12 @@ class Settings(BaseSettings):
         return self.data_dir.resolve() / "redis"
 
     @property
+    def api_url(self) -> str:
+        """Where local clients reach the API (a wildcard bind address is reached on loopback)."""
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::") else self.http_host
+        return f"http://[{host}]:{self.http_port}" if ":" in host else f"http://{host}:{self.http_port}"
+
+    @property
     def local_api_key_path(self) -> Path:
         """The local API key ``up`` (and ``serve``) make when LAMBDA_API_KEYS is unset (0600)."""
         return self.data_dir.resolve() / LOCAL_API_KEY_FILE

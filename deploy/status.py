@@ -197,8 +197,7 @@ def _last_run(registry: RunRegistry) -> Part:
 
 
 def _api(settings: Settings, pipeline: str, api_key: str | None) -> Part:
-    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
-    base = f"http://{host}:{settings.http_port}"
+    base = settings.api_url
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=_TIMEOUT) as http:

@@ -1,0 +1,93 @@
+"""The API's view answers as terminal tables (``lambda-platform query``, ``top``, ``keys``).
+
+Each function takes the JSON the API returned, unchanged, so ``--json`` and the table show the same
+answer; numbers are printed as the API gave them (exact integers stay integers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+
+def key_table(answer: dict[str, Any]) -> Table:
+    """One key: a row per measure; with ``explain`` its batch and realtime parts beside the merged value."""
+    title = f"{answer['view']} [bold]{escape(answer['key'])}[/]"
+    span = answer.get("window") or answer.get("range")
+    if span:
+        title += f", {span['start']} .. {span['end']}"
+    explain = answer.get("explain")
+    table = Table(title=title, caption=_exact_as_of(answer))
+    table.add_column("measure")
+    if explain:
+        table.add_column("batch", justify="right")
+        table.add_column("realtime", justify="right")
+    table.add_column("value", justify="right")
+    for measure, value in answer["value"].items():
+        parts = [_cell(explain["batch"].get(measure)), _cell(explain["realtime"].get(measure))] if explain else []
+        table.add_row(measure, *parts, _cell(value))
+    return table
+
+
+def windows_table(answer: dict[str, Any]) -> Table | None:
+    """A range answer's windows, oldest first, one row each (None when the answer has none)."""
+    windows = answer.get("windows")
+    if not windows:
+        return None
+    measures = list(answer["value"])
+    table = Table(title=f"{answer['view']} {escape(answer['key'])}: per window")
+    table.add_column("window start")
+    for measure in measures:
+        table.add_column(measure, justify="right")
+    for window in windows:
+        table.add_row(window["start"], *(_cell(window["value"].get(m)) for m in measures))
+    return table
+
+
+def top_table(answer: dict[str, Any]) -> Table:
+    """The ranking, highest first."""
+    title = f"top {answer['n']} of {answer['view']} by {answer['measure']}"
+    if answer.get("window"):
+        title += f", window {answer['window']['start']}"
+    table = Table(title=title, caption=_exact_as_of(answer))
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column(answer["measure"], justify="right")
+    for rank, entry in enumerate(answer["top"], start=1):
+        table.add_row(str(rank), escape(entry["key"]), _cell(entry["value"]))
+    return table
+
+
+def keys_table(view: str, entries: Sequence[dict[str, Any]]) -> Table:
+    """A page of keys with their merged values, in the API's order (by key)."""
+    measures: list[str] = []
+    for entry in entries:
+        measures.extend(m for m in entry["value"] if m not in measures)
+    windowed = any("window" in entry for entry in entries)
+    table = Table(title=f"keys of {view}")
+    table.add_column("key")
+    if windowed:
+        table.add_column("window start")
+    for measure in measures:
+        table.add_column(measure, justify="right")
+    for entry in entries:
+        window = [str((entry.get("window") or {}).get("start", ""))] if windowed else []
+        table.add_row(escape(str(entry["key"])), *window, *(_cell(entry["value"].get(m)) for m in measures))
+    return table
+
+
+def _exact_as_of(answer: dict[str, Any]) -> str:
+    return f"exact as of master version {answer['version']} (batch generation {answer['generation']})"
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if not value.is_integer() else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return escape(str(value))

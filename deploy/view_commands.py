@@ -1,0 +1,119 @@
+"""``lambda-platform query | top | keys``: read views from a running API, as tables or as its JSON.
+
+They talk HTTP to the API at LAMBDA_HTTP_HOST:LAMBDA_HTTP_PORT (``--host``/``--port``) with the
+key the other commands use, so they see exactly what any API client sees: merged, exact answers,
+and the API's own error detail (unknown view, 503 with the reason) when it cannot answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from deploy.answers import key_table, keys_table, top_table, windows_table
+from deploy.api_client import ApiClient, view_path
+from deploy.console import out
+from deploy.errors import UsageError
+from deploy.settings import Settings
+
+_TIME = "ISO 8601 (2024-03-01T09:00:00Z) or epoch seconds"
+
+
+def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> None:
+    """Register ``query``, ``top`` and ``keys`` on the CLI's subcommands (``http_options`` adds --host/--port)."""
+    query = sub.add_parser(
+        "query", help="the merged (batch + realtime) measures of one key of a view, from the running API",
+        description="GET /v1/views/VIEW/keys/KEY: the key's measures, exact as of the master version shown. "
+                    "Windowed views take --window (one window) or --from/--to (a range, with each window's "
+                    "values). --explain shows the batch and realtime parts beside the merged value.")
+    query.add_argument("view", help="view name (GET /v1/views lists them)")
+    query.add_argument("key", help="key value; the values of a composite key joined with '|'")
+    query.add_argument("--explain", action="store_true", help="show the batch and realtime parts")
+    query.add_argument("--window", metavar="TIME", help=f"windowed views: a time inside the window ({_TIME})")
+    query.add_argument("--from", dest="start", metavar="TIME", help=f"windowed views: range start, inclusive ({_TIME})")
+    query.add_argument("--to", dest="end", metavar="TIME", help=f"windowed views: range end, exclusive ({_TIME})")
+    _common(query, http_options)
+    query.set_defaults(handler=_cmd_query)
+
+    top = sub.add_parser(
+        "top", help="the top keys of a view by a measure, from the running API",
+        description="GET /v1/views/VIEW/top: the N keys with the highest merged value of a measure, ties "
+                    "broken by key, exact as of the master version shown.")
+    top.add_argument("view", help="view name (GET /v1/views lists them)")
+    top.add_argument("-n", type=int, default=10, help="how many keys (1-1000, default 10)")
+    top.add_argument("--measure", help="measure to rank by (default: the view's first)")
+    top.add_argument("--window", metavar="TIME", help=f"windowed views: a time inside the window ({_TIME})")
+    _common(top, http_options)
+    top.set_defaults(handler=_cmd_top)
+
+    keys = sub.add_parser(
+        "keys", help="list a view's keys with their merged values, by key, a page at a time",
+        description="GET /v1/views/VIEW/keys: keys in key order with their merged values. Prints one page "
+                    "and the cursor of the next (--cursor); --all follows every cursor. --where COLUMN=VALUE "
+                    "filters on a key column of a composite key.")
+    keys.add_argument("view", help="view name (GET /v1/views lists them)")
+    keys.add_argument("--prefix", help="only keys starting with this text")
+    keys.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
+                      help="only keys whose key column COLUMN equals VALUE (repeatable)")
+    keys.add_argument("--limit", type=int, default=100, help="keys per page (1-1000, default 100)")
+    keys.add_argument("--cursor", help="continue after a previous page (its next cursor)")
+    keys.add_argument("--all", action="store_true", help="every page, not just the first")
+    _common(keys, http_options)
+    keys.set_defaults(handler=_cmd_keys)
+
+
+def _common(parser: argparse.ArgumentParser, http_options: Any) -> None:
+    http_options(parser, "ask the API at")
+    parser.add_argument("--json", action="store_true", help="print the API's answer as it is (JSON)")
+
+
+def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
+    params = {"window_start": args.window, "from": args.start, "to": args.end, "explain": args.explain or None}
+    with ApiClient.from_settings(settings) as api:
+        answer = api.get(view_path(args.view, "keys", args.key), params)
+    if args.json:
+        out.print_json(json.dumps(answer))
+        return 0
+    out.print(key_table(answer))
+    windows = windows_table(answer)
+    if windows is not None:
+        out.print(windows)
+    return 0
+
+
+def _cmd_top(settings: Settings, args: argparse.Namespace) -> int:
+    params = {"n": args.n, "measure": args.measure, "window_start": args.window}
+    with ApiClient.from_settings(settings) as api:
+        answer = api.get(view_path(args.view, "top"), params)
+    if args.json:
+        out.print_json(json.dumps(answer))
+    else:
+        out.print(top_table(answer))
+    return 0
+
+
+def _cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
+    filters = dict(_column_filter(text) for text in args.where)
+    cursor = args.cursor
+    with ApiClient.from_settings(settings) as api:
+        while True:
+            params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **filters}
+            page = api.get(view_path(args.view, "keys"), params)
+            if args.json:
+                out.print_json(json.dumps(page))
+            elif page["keys"] or cursor is None:
+                out.print(keys_table(args.view, page["keys"]))
+            cursor = page.get("next_cursor")
+            if cursor is None or not args.all:
+                break
+    if cursor is not None and not args.json:
+        out.print(f"more keys: --cursor {cursor} (or --all)")
+    return 0
+
+
+def _column_filter(text: str) -> tuple[str, str]:
+    column, sep, value = text.partition("=")
+    if not sep or not column:
+        raise UsageError(f"--where {text!r}: write COLUMN=VALUE, e.g. --where origin=JFK")
+    return column, value

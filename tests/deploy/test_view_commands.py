@@ -1,0 +1,97 @@
+"""``lambda-platform query | top`` against a real API after a real batch run, checked against the oracle.
+
+Oracle: ``tests.oracle`` (plain Python over the master dataset's events at the barrier version).
+The commands are run in-process (``deploy.cli.run``) with their output captured; ``--json`` must
+carry the oracle's numbers, and the tables must show them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batch_layer.recompute.job import run_batch
+from deploy.cli import run
+from deploy.settings import Settings
+from shared_logic.registry import load_pipeline
+from tests import oracle
+from tests.support import ingest_file
+
+START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def served(spark: Any, make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path,
+           api: Callable[..., Any]) -> Any:
+    """Wordcount events recomputed and served over HTTP; yields (cli args prefix, oracle views)."""
+    settings = make_settings(pipeline="wordcount")
+    events = oracle.wordcount_events(random.Random(7), 200, START, seconds=600)
+    ingest_file(settings, events, tmp_path / "events.jsonl")
+    run_batch(spark, settings, load_pipeline("wordcount"), redis_url=redis_url)
+    barrier = oracle.barrier_versions(settings.master_path)[-1]
+    views = oracle.views("wordcount", oracle.read_events(settings.master_path, barrier))
+    with api(pipeline="wordcount") as server:
+        yield ["--data-dir", str(tmp_path / "cli"), "--pipeline", "wordcount"], server.port, views, barrier
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = run(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_query_json_and_table_equal_the_oracle(served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, port, views, barrier = served
+    counts = {key: m["count"] for (key, _), m in views["word_counts"].items()}
+    word = sorted(counts)[0]
+    code, out, err = _cli(capsys, *prefix, "query", "word_counts", word, "--json", "--port", str(port))
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["value"]["count"] == counts[word] and answer["version"] == barrier
+
+    code, out, err = _cli(capsys, *prefix, "query", "word_counts", word, "--explain", "--port", str(port))
+    assert code == 0, err
+    assert "batch" in out and "realtime" in out and f"{counts[word]:,}" in out and f"version {barrier}" in out
+
+
+def test_query_range_lists_each_window(served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, port, views, _ = served
+    per_minute = views["word_counts_per_minute"]
+    first = int(START.timestamp())  # the generator adds a few edge-case times far away: stay in the hour
+    in_hour = [(key, ws) for key, ws in per_minute if first <= ws < first + 3600]
+    word = max(sorted({key for key, _ in in_hour}), key=lambda k: sum(1 for key, _ in in_hour if key == k))
+    windows = sorted(ws for key, ws in in_hour if key == word)
+    code, out, err = _cli(capsys, *prefix, "query", "word_counts_per_minute", word, "--from", str(windows[0]),
+                          "--to", str(windows[-1] + 60), "--json", "--port", str(port))
+    assert code == 0, err
+    answer = json.loads(out)
+    assert answer["value"]["count"] == sum(per_minute[(word, ws)]["count"] for ws in windows)
+    assert [w["value"]["count"] for w in answer["windows"]] == [per_minute[(word, ws)]["count"] for ws in windows]
+
+
+def test_top_equals_the_oracle_ranking(served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, port, views, _ = served
+    ranking = sorted(((m["count"], key) for (key, _), m in views["word_counts"].items()), key=lambda t: (-t[0], t[1]))
+    code, out, err = _cli(capsys, *prefix, "top", "word_counts", "-n", "5", "--json", "--port", str(port))
+    assert code == 0, err
+    assert [(e["value"], e["key"]) for e in json.loads(out)["top"]] == ranking[:5]
+
+    code, out, err = _cli(capsys, *prefix, "top", "word_counts", "-n", "5", "--port", str(port))
+    assert code == 0, err
+    assert all(key in out for _, key in ranking[:5])
+
+
+def test_errors_name_what_the_api_said(served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, port, _, _ = served
+    code, _, err = _cli(capsys, *prefix, "query", "no_such_view", "k", "--port", str(port))
+    assert code == 1 and "404" in err and "no_such_view" in err and "word_counts" in err
+    code, _, err = _cli(capsys, *prefix, "top", "word_counts", "-n", "0", "--port", str(port))
+    assert code == 1 and "422" in err and "n" in err
+    code, _, err = _cli(capsys, *prefix, "query", "word_counts", "x", "--port", "1")
+    assert code == 1 and "not reachable" in err and "127.0.0.1:1" in err
