@@ -179,8 +179,20 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
     for name, rows in run.rows.items():
         table.add_row(name, f"{rows:,}")
     out.print(table)
+    out.print(_stages_table(run.stages))
     out.print(f"{run.events or 0:,} events recomputed in {run.duration or 0:.1f}s")
     return EXIT_OK
+
+
+def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
+    table = Table(title="stages")
+    for column, justify in (("stage", "left"), ("view", "left"), ("count", "right"), ("seconds", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for stage in stages:
+        count = "" if stage["count"] is None else f"{stage['count']:,} {stage['unit']}"
+        seconds = "" if stage["seconds"] is None else f"{stage['seconds']:.1f}"
+        table.add_row(str(stage["name"]), str(stage["view"] or ""), count, seconds)
+    return table
 
 
 def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:

@@ -24,9 +24,11 @@ progress, are dropped, not queued up: the next tick (or that run) covers them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -35,6 +37,7 @@ import redis
 from batch_layer.errors import EmptyMasterError, RunInProgressError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
+from batch_layer.recompute.stages import StageRecord
 from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
@@ -141,7 +144,8 @@ class BatchScheduler:
             return "skipped", {"skip_reason": reason, "generation": served}
         log.info("batch run %s (%s%s): master at version %d, serving %s; recomputing", run.id, run.trigger,
                  ", forced" if run.force else "", latest, "nothing" if served is None else f"generation {served}")
-        result = run_batch(self.spark, self.settings, self.pipeline, redis_url=self.redis_url, run_id=run.id)
+        result = run_batch(self.spark, self.settings, self.pipeline, redis_url=self.redis_url, run_id=run.id,
+                           on_stage=functools.partial(self._record_stages, run.id))
         log.info("batch run %s succeeded: generation %d (%s), %d events, rows %s, %.1fs", run.id, result.generation,
                  "served" if result.flipped else "not served: a newer one is", result.events, result.view_rows,
                  result.seconds)
@@ -149,6 +153,13 @@ class BatchScheduler:
             "generation": result.generation, "flipped": result.flipped,
             "events": result.events, "rows": dict(result.view_rows), "recompute_id": result.run_id,
         }
+
+    def _record_stages(self, run_id: str, stages: Sequence[StageRecord]) -> None:
+        """Put the run's stages so far in its record (GET /v1/batch/runs/{id}); Redis being away only delays it."""
+        try:
+            self.registry.update(run_id, stages=[stage.as_dict() for stage in stages])
+        except redis.RedisError as e:
+            log.warning("batch run %s: cannot record its stages: %s", run_id, e)
 
     def _heartbeat(self, run_id: str, done: threading.Event) -> None:
         period = max(0.2, self.lease_seconds / 3)

@@ -25,6 +25,7 @@ from batch_layer.master.engines import get_engine
 from batch_layer.master.object_store import join
 from batch_layer.recompute import publish
 from batch_layer.recompute.gold import write_generation
+from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import ensure_epoch
@@ -60,17 +61,20 @@ class BatchRunResult:
     view_rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     flipped: bool = True
+    stages: tuple[StageRecord, ...] = ()
 
 
 def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline, *, redis_url: str,
-              run_id: str | None = None) -> BatchRunResult:
-    """Recompute every view of ``pipeline`` and serve the result as a new generation.
+              run_id: str | None = None, on_stage: StageListener | None = None) -> BatchRunResult:
+    """Recompute every view of ``pipeline`` and serve the result as a new generation; ``on_stage`` hears
+    each stage start and end (``batch_layer.recompute.stages``).
 
     Guarantees: the served generation changes only in the final atomic flip; a run that fails or
     is killed before it leaves what was served, and the gold tables' current content, untouched.
     """
     started = time.monotonic()
     run_id = run_id or uuid.uuid4().hex[:12]  # the scheduler passes its run's id: one id per run
+    stages = StageLog(run_id, on_stage)
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_uri, pipeline, engine)
     keys = store_keys(pipeline.name, redis_url)
@@ -80,36 +84,43 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     # have served versions above it before the loss, so the flip must refuse this generation. (A
     # loss between the two is refused too: harmless, the next run publishes.)
     epoch = ensure_epoch(client, keys)
-    generation = master.append_barrier(run_id)
+    with stages.stage("barrier") as barrier:
+        generation = barrier.count = master.append_barrier(run_id)
     log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
     fault_point("after-barrier")
-    events = master.snapshot(spark, generation)
+    with stages.stage("snapshot") as snapshot:
+        events = master.snapshot(spark, generation)
+        event_count = snapshot.count = events.count()
     rows = pipeline.transform(events)
     publish.begin(client, keys, generation, epoch)
 
     view_rows: dict[str, int] = {}
     for view in pipeline.views:
-        gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine, generation=generation)
-        log.info("run %s: view %s computed, %d rows written to gold", run_id, view.name, gold.rows)
+        with stages.stage("gold", view.name) as computed:
+            gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine,
+                                    generation=generation)
+            computed.count = gold.rows
         fault_point("after-gold")
-        written = publish.load_view(
-            gold.read(spark), view, pipeline=pipeline.name, generation=generation,
-            redis_url=redis_url, chunk=settings.redis_load_chunk,
-        )
-        log.info("run %s: view %s loaded into Redis, %d rows", run_id, view.name, written)
+        with stages.stage("publish", view.name) as loaded:
+            loaded.count = publish.load_view(
+                gold.read(spark), view, pipeline=pipeline.name, generation=generation,
+                redis_url=redis_url, chunk=settings.redis_load_chunk,
+            )
         view_rows[view.name] = gold.rows
 
-    event_count = events.count()
     fault_point("before-flip")
     meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count}
     meta.update({f"rows:{name}": n for name, n in view_rows.items()})
     meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
     meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
-    flipped = publish.flip(client, keys, generation, epoch, meta)
+    with stages.stage("flip") as flip:
+        flipped = publish.flip(client, keys, generation, epoch, meta)
+        flip.count = generation if flipped else None
     if flipped:
         log.info("run %s: now serving generation %d", run_id, generation)
         publish.drop_stale(client, keys)
     else:
         log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)
     client.close()
-    return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows, time.monotonic() - started, flipped)
+    return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows, time.monotonic() - started, flipped,
+                          tuple(stages.records))

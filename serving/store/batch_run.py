@@ -17,7 +17,7 @@ RunStatus = Literal["queued", "running", "succeeded", "failed", "skipped"]
 RunTrigger = Literal["api", "schedule", "cli"]
 ACTIVE_STATUSES = ("queued", "running")
 #: A value of a run's record as callers give it (``RunRegistry.update`` / ``finish`` encode it for Redis).
-RunField: TypeAlias = "str | int | float | bool | dict[str, int] | None"
+RunField: TypeAlias = "str | int | float | bool | dict[str, int] | list[dict[str, str | int | float | None]] | None"
 #: Error of a run whose scheduler died (or lost Redis for longer than its lease) before it finished.
 INTERRUPTED = "interrupted"
 
@@ -63,6 +63,8 @@ class BatchRun:
     flipped: bool | None = None
     events: int | None = None
     rows: dict[str, int] = field(default_factory=dict)
+    #: The run's stages so far, in order (``batch_layer.recompute.stages``: name, view, started_at, seconds, count, unit).
+    stages: list[dict[str, str | int | float | None]] = field(default_factory=list)
     recompute_id: str | None = None
     skip_reason: str | None = None
     error: str | None = None
@@ -101,6 +103,7 @@ class BatchRun:
             flipped=None if flipped in (None, "") else flipped == "1",
             events=num("events", int),
             rows=json.loads(values["rows"]) if values.get("rows") else {},
+            stages=json.loads(values["stages"]) if values.get("stages") else [],
             recompute_id=values.get("recompute_id") or None,
             skip_reason=values.get("skip_reason") or None,
             error=values.get("error") or None,

@@ -74,7 +74,7 @@ def _encoded(value: RunField) -> EncodableT:
         return ""
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, dict):
+    if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return value
 

@@ -28,6 +28,7 @@ import pytest
 from deltalake import DeltaTable
 
 from batch_layer.errors import RunInProgressError
+from batch_layer.faults import injected
 from batch_layer.recompute.lock import RunLock
 from deploy.errors import ConfigError
 from deploy.scheduler import parse_schedule, run_now
@@ -167,6 +168,34 @@ def test_a_failing_run_is_recorded_as_failed_with_its_error(spark, make_settings
     assert run.error.split(":")[0].isidentifier(), f"the error names its class: {run.error}"
     assert runs.active() is None, "a failed run frees the single-flight slot"
     assert runs.enqueue().status == "queued"
+
+
+def test_a_run_records_its_stages_as_it_goes(spark, make_settings) -> None:
+    settings = make_settings()
+    texts = ["the cat sat", "the dog", "a cat"]
+    ingest_texts(settings, texts)
+    runs = registry(settings)
+    queued = runs.enqueue(force=True)  # before the scheduler starts, so it is the run the scheduler takes
+    midway: list = []
+    with injected("after-gold", lambda: midway.append(runs.get(queued.id))), scheduler_thread(spark, settings):
+        run = wait_for(lambda: (r := runs.get(queued.id)).status in TERMINAL and r, timeout=120, what="the run to end")
+    assert run.status == "succeeded", run.error
+
+    # Seen while it ran (after its first view's gold commit): the stages so far, each finished.
+    during = midway[0]
+    assert during.status == "running"
+    assert [(s["name"], s["view"]) for s in during.stages] == [("barrier", None), ("snapshot", None), ("gold", "word_counts")]
+    assert all(s["seconds"] is not None for s in during.stages)
+
+    views = ["word_counts", "word_counts_per_minute"]
+    assert [(s["name"], s["view"]) for s in run.stages] == [
+        ("barrier", None), ("snapshot", None), *[(name, v) for v in views for name in ("gold", "publish")], ("flip", None)]
+    counts = {(s["name"], s["view"]): s["count"] for s in run.stages}
+    assert counts[("barrier", None)] == counts[("flip", None)] == run.generation
+    assert counts[("snapshot", None)] == len(texts)
+    assert counts[("gold", "word_counts")] == counts[("publish", "word_counts")] == len({w for t in texts for w in t.split()})
+    assert counts[("publish", "word_counts_per_minute")] == counts[("gold", "word_counts_per_minute")] >= 1
+    assert all(s["seconds"] >= 0 and s["started_at"] >= run.started_at for s in run.stages)
 
 
 # --- run_now (the command line's batch run) ------------------------------------------------------------

@@ -69,6 +69,10 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
             assert done["rows"]["word_counts"] == len({w for t in TEXTS for w in t.split()})
             assert done["duration_seconds"] > 0 and done["error"] is None and done["owner"]
             assert done["started_at"] >= done["requested_at"] and done["finished_at"] > done["started_at"]
+            stages = {(s["name"], s["view"]): (s["count"], s["unit"]) for s in done["stages"]}
+            assert stages[("barrier", None)] == stages[("flip", None)][:1] + ("master version",)
+            assert stages[("snapshot", None)] == (len(TEXTS), "events")
+            assert stages[("publish", "word_counts")] == (done["rows"]["word_counts"], "rows")
 
             # The generation is served, and it is a barrier commit of the master dataset.
             assert int(redis.Redis.from_url(settings.redis_url).get("lp:{wordcount}:current")) == generation

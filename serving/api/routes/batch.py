@@ -43,6 +43,21 @@ class RunRequest(BaseModel):
     )
 
 
+class StageInfo(BaseModel):
+    """One stage of a batch run, in the order it ran."""
+
+    name: Literal["barrier", "snapshot", "gold", "publish", "flip"] = Field(
+        description="barrier: the master version the run covers; snapshot: the events at it; gold: the shared "
+                    "transform and one view's aggregation, committed as its gold table; publish: that view's rows "
+                    "loaded into Redis beside what is served; flip: the served generation switched (atomically)."
+    )
+    view: str | None = Field(default=None, description="The view of a gold or publish stage.")
+    started_at: datetime = Field(description="When the stage started (UTC).")
+    seconds: float | None = Field(default=None, description="How long it took; null while it runs.")
+    count: int | None = Field(default=None, description="What it counted, in `unit` (null while it runs).")
+    unit: str = Field(description="What `count` counts: master version, events, rows, generation.")
+
+
 class BatchRunInfo(BaseModel):
     """One batch run: what asked for it, where it is, what it produced."""
 
@@ -79,6 +94,11 @@ class BatchRunInfo(BaseModel):
     )
     events: int | None = Field(default=None, description="Events recomputed (master rows through the generation).")
     rows: dict[str, int] = Field(default_factory=dict, description="Rows written per view (gold table and Redis).")
+    stages: list[StageInfo] = Field(
+        default_factory=list,
+        description="The stages so far, in order. While running, the last one is in progress (`seconds` null); "
+                    "in a failed run, a stage without `seconds` is where it failed.",
+    )
     recompute_id: str | None = Field(
         None, description="Id the recompute wrote into its barrier commit and the generation's metadata."
     )
@@ -125,7 +145,10 @@ def _info(pipeline: str, run: BatchRun) -> BatchRunInfo:
         requested_at=_time(run.requested_at), started_at=_time(run.started_at), finished_at=_time(run.finished_at),
         duration_seconds=None if run.duration is None else round(run.duration, 3),
         master_version=run.master_version, served_before=run.served_before, generation=run.generation,
-        served=run.flipped, events=run.events, rows=run.rows, recompute_id=run.recompute_id, owner=run.owner,
+        served=run.flipped, events=run.events, rows=run.rows,
+        stages=[StageInfo.model_validate({**stage, "started_at": _time(float(stage["started_at"] or 0))})
+                for stage in run.stages],
+        recompute_id=run.recompute_id, owner=run.owner,
         heartbeat_at=_time(run.heartbeat_at), skip_reason=run.skip_reason, error=run.error,
     )
 
