@@ -42,6 +42,7 @@ from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
 from serving.store.keys import Keys
+from serving.store.logic import generation_logic
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
 
 if TYPE_CHECKING:
@@ -136,7 +137,11 @@ class BatchScheduler:
             return "skipped", {"skip_reason": str(e)}
         served = served_generation(self.registry.client, self.keys)
         self.registry.update(run.id, master_version=latest, served_before=served)
-        if served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
+        logic = None if served is None else generation_logic(self.registry.client, self.keys, served)
+        if logic is not None and logic != self.pipeline.logic:
+            log.info("batch run %s: generation %s holds logic %s; this pipeline code is logic %s: recomputing", run.id,
+                     served, logic or "unrecorded", self.pipeline.logic)
+        elif served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
             after = ("its latest version is that generation's barrier" if latest == served
                      else f"only a compaction, version {latest}, came after that generation's barrier")
             reason = f"the master dataset has not changed since generation {served} ({after})"
@@ -221,13 +226,19 @@ def run_scheduler(
 
 
 def _unserved_with_data(scheduler: BatchScheduler) -> bool:
-    """Nothing is served but the master dataset holds data (looked at every UNSERVED_CHECK_SECONDS)."""
+    """The master dataset holds data, and nothing is served or what is was computed under other logic than
+    this scheduler's pipeline code (looked at every UNSERVED_CHECK_SECONDS)."""
     if time.time() < scheduler.unserved_check_at:
         return False
     scheduler.unserved_check_at = time.time() + UNSERVED_CHECK_SECONDS
-    if served_generation(scheduler.registry.client, scheduler.keys) is not None:
+    served = served_generation(scheduler.registry.client, scheduler.keys)
+    if served is not None and _served_logic(scheduler, served) == scheduler.pipeline.logic:
         return False
     return scheduler.master.holds_data()
+
+
+def _served_logic(scheduler: BatchScheduler, served: int) -> str | None:
+    return generation_logic(scheduler.registry.client, scheduler.keys, served)
 
 
 def _step(scheduler: BatchScheduler, schedule: Schedule | None) -> bool:

@@ -23,6 +23,7 @@ DataFrame or micro-batch (speed layer). Point the platform at the module with
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -31,6 +32,7 @@ from pyspark.sql import DataFrame
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.events import EventSchema
+from shared_logic.logic import logic_fingerprint
 from shared_logic.views import View
 
 
@@ -51,6 +53,9 @@ class Pipeline(ABC):
     event_time_field: ClassVar[str | None] = "event_time"
     #: The views computed over the transform's output.
     views: ClassVar[tuple[View, ...]]
+    #: Bump it for a change of the answers the module's source does not show (a library upgrade, a helper
+    #: module): it is part of the logic fingerprint (``shared_logic.logic``), so the views are recomputed.
+    logic_version: ClassVar[str] = ""
 
     def __init__(self) -> None:
         cls = type(self)
@@ -68,6 +73,14 @@ class Pipeline(ABC):
     @abstractmethod
     def transform(self, events: DataFrame) -> DataFrame:
         """Rows ready for the views, from event rows. Pure: same result on static and streaming input."""
+
+    @functools.cached_property
+    def logic(self) -> str:
+        """The fingerprint of this pipeline's logic (``shared_logic.logic``): what every answer is computed under."""
+        return logic_fingerprint(
+            module=type(self).__module__, schema=str(self.schema.arrow_schema()), event_time_field=self.event_time_field,
+            views=self.views, logic_version=self.logic_version,
+        )
 
     def view(self, name: str) -> View:
         """The view called ``name``; UnknownNameError lists the pipeline's views otherwise."""

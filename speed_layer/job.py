@@ -36,6 +36,7 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, ensure_epoch, read_epoch, served_generation
+from serving.store.logic import claim_segment
 from serving.store.replies import text
 from serving.store.segment_commits import commit_processed
 from shared_logic.events import KIND_COLUMN
@@ -69,6 +70,8 @@ class SpeedLayer:
         self.client = redis_client(redis_url)
         self.query_id = ""
         self.epoch = ""
+        #: Why a segment this query would write is not its to write (another logic holds it), if one is not.
+        self.waiting: str | None = None
         self.partitions = settings.speed_write_partitions
         self.chunk = settings.speed_chunk_rows
 
@@ -108,12 +111,15 @@ class SpeedLayer:
 
         A fresh start (no checkpoint, or Redis lost its data since the checkpoint was made) drops
         every realtime segment and starts after the served generation, rebuilding segments from it;
-        with no generation served it raises NothingServedError (the runner waits for one).
+        with no generation served it raises NothingServedError (the runner waits for one). A checkpoint
+        of other logic (the pipeline's code changed) starts a new query after the served generation too,
+        but keeps the segments: they hold the old logic's counts, which answers go on using until a
+        generation of the new logic is served, and the new query cannot claim them (``_plan``).
         """
         identity = self.checkpoint / _IDENTITY
         epoch = ensure_epoch(self.client, self.keys)
         saved = self._saved_identity(epoch)
-        if saved is not None:
+        if saved is not None and saved.get("logic", "") == self.pipeline.logic:
             self.query_id, self.epoch = saved["query"], epoch
             # Replays must cut the same chunks: keep the layout the query started with.
             self.partitions, self.chunk = saved["partitions"], saved["chunk"]
@@ -121,38 +127,52 @@ class SpeedLayer:
                 log.warning("keeping write partitions %d and chunk rows %d of the existing checkpoint; "
                             "new values apply after a fresh start", self.partitions, self.chunk)
             return -1  # ignored: Spark resumes from the checkpointed offsets
-        if identity.exists():
-            log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
-            shutil.rmtree(self.checkpoint)
         served = served_generation(self.client, self.keys)
         if served is None:
             raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
+        if saved is not None:
+            # Other logic made the checkpoint: a new query, which writes only segments it claims itself
+            # (serving.store.logic), so the old logic's segments keep their counts and readers keep them apart.
+            log.warning("the pipeline's logic changed (checkpoint %s, code %s): starting a new query after generation "
+                        "%d; its answers stay as they are until a batch run under the new logic is served",
+                        saved.get("logic") or "unrecorded", self.pipeline.logic, served)
+            shutil.rmtree(self.checkpoint)
+        else:
+            if identity.exists():
+                log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
+                shutil.rmtree(self.checkpoint)
+            self._drop_segments(served)
+        for bucket in self.keys.every_prefix():
+            for prefix in bucket.query_position_prefixes:
+                delete_prefix(self.client, prefix)
+        self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch, "partitions": self.partitions,
+                                        "chunk": self.chunk, "logic": self.pipeline.logic}))
+        self.client.hset(self.keys.speed, mapping={"query": self.query_id, "state": "running", "started_after": served})
+        return served
+
+    def _drop_segments(self, served: int) -> None:
+        """Forget every realtime segment (a fresh start rebuilds them from ``served`` on)."""
         # Metadata first: a reader must never see a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
-        buckets = self.keys.every_prefix()
-        for bucket in buckets:
-            for meta in self.client.scan_iter(match=bucket.segment_metas):
-                self.client.unlink(meta)
-        for bucket in buckets:
+        for bucket in self.keys.every_prefix():
+            for key in self.client.scan_iter(match=bucket.segment_metas):
+                self.client.unlink(key)
+        for bucket in self.keys.every_prefix():
             for prefix in bucket.query_state_prefixes:
                 delete_prefix(self.client, prefix)
         self.client.sadd(self.keys.segments, served)
-        self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
-        self.checkpoint.mkdir(parents=True, exist_ok=True)
-        identity.write_text(json.dumps(
-            {"query": self.query_id, "epoch": epoch, "partitions": self.partitions, "chunk": self.chunk}
-        ))
-        self.client.hset(self.keys.speed, mapping={
-            "processed": served, "query": self.query_id, "state": "running", "started_after": served})
-        return served
+        self.client.hset(self.keys.speed, "processed", served)
 
     def epoch_lost(self) -> bool:
         """True when Redis lost its data since the query started (its epoch marker changed or is gone)."""
         return read_epoch(self.client, self.keys) != self.epoch
 
-    def heartbeat(self, state: str = "running") -> None:
-        """Say the speed layer is alive (also when no new versions arrive), what it is doing, and where its
-        Spark UI is ('' if off)."""
+    def heartbeat(self, state: str | None = None) -> None:
+        """Say the speed layer is alive (also when no new versions arrive), what it is doing (``state``, else
+        what it waits for, else running), and where its Spark UI is ('' if off)."""
+        state = state or self.waiting or "running"
         self.client.hset(self.keys.speed, mapping={"heartbeat_at": time.time(), "query": self.query_id, "state": state,
                                                   "ui_url": self.spark.sparkContext.uiWebUrl or ""})
 
@@ -204,9 +224,24 @@ class SpeedLayer:
             planned_id, planned = text(stored).split(":", 1)
             if int(planned_id) == batch_id:
                 return json.loads(planned)
-        bases = self._live_bases(barriers)
+        bases = self._claimed(self._live_bases(barriers))
         self.client.set(key, f"{batch_id}:{json.dumps(bases)}")
         return bases
+
+    def _claimed(self, bases: list[int]) -> list[int]:
+        """The bases whose segments this query may write: claimed for its logic and by it (``serving.store.logic``).
+        The versions a refused segment would get are in the next generation of this logic."""
+        mine, self.waiting = [], None
+        for base in bases:
+            held = claim_segment(self.client, self.keys, base, self.pipeline.logic, self.query_id)
+            if held is None:
+                mine.append(base)
+            elif self.waiting is None:
+                self.waiting = (f"waiting for a batch generation of logic {self.pipeline.logic}: segment {base} holds "
+                                f"{held.replace(':', ' ', 1)}, so its answers stay as they are")
+        if self.waiting and not mine:
+            log.info("speed layer %s", self.waiting)
+        return mine
 
     def _live_bases(self, barriers: list[int]) -> list[int]:
         served = served_generation(self.client, self.keys)
@@ -238,10 +273,13 @@ class SpeedLayer:
     def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float) -> None:
         """The commit point of the micro-batch: its increments become visible, in every segment at once
         (``serving.store.segment_commits``); then the heartbeat says so."""
+        if not bases:  # nothing of it is in any answer: the speed layer has not processed it for readers
+            self.heartbeat()
+            return
         commit_processed(self.client, self.keys, bases, last)
         self.client.hset(self.keys.speed, mapping={
             "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
-            "last_batch_seconds": round(seconds, 3),
+            "last_batch_seconds": round(seconds, 3), "state": self.waiting or "running",
         })
 
 

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from batch_layer.errors import PublishError
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
@@ -30,6 +31,7 @@ from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import ensure_epoch
 from serving.store.keys import row_parts
+from serving.store.logic import claim_segment
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -109,11 +111,17 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         view_rows[view.name] = gold.rows
 
     fault_point("before-flip")
-    meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count}
+    meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count, "logic": pipeline.logic}
     meta.update({f"rows:{name}": n for name, n in view_rows.items()})
     meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
     meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
     with stages.stage("flip") as flip:
+        held = claim_segment(client, keys, generation, pipeline.logic)
+        if held is not None:  # the speed layer runs other code: serving both would mix two logics
+            raise PublishError(
+                f"generation {generation} of {pipeline.name!r} was computed under logic {pipeline.logic}, but its "
+                f"realtime segment holds {held}: the speed layer runs other pipeline code than this batch run. "
+                "Run every part with the same code; nothing was flipped")
         flipped = publish.flip(client, keys, generation, epoch, meta)
         flip.count = generation if flipped else None
     if flipped:

@@ -44,6 +44,9 @@ class KeyAnswer(BaseModel):
     generation: int = Field(description="The batch generation answered from (its master version).")
     version: int = Field(description="Master dataset version the answer is exact for.")
     computed_at: datetime | None = Field(default=None, description="When the batch generation was computed.")
+    logic: str | None = Field(
+        default=None, description="Fingerprint of the pipeline logic the answer was computed under (batch and "
+                                  "realtime parts alike: never two); null for a generation published before it was recorded.")
     explain: Explanation | None = Field(default=None, description="With ?explain=true: the parts the answer combines.")
 
 
@@ -62,6 +65,9 @@ class TopAnswer(BaseModel):
     top: list[TopEntry] = Field(description="Highest first; ties broken by key.")
     generation: int
     version: int = Field(description="Master dataset version the ranking is exact for.")
+    logic: str | None = Field(
+        default=None, description="Fingerprint of the pipeline logic the answer was computed under (batch and "
+                                  "realtime parts alike: never two); null for a generation published before it was recorded.")
 
 
 class MeasureInfo(BaseModel):
@@ -81,6 +87,9 @@ class ViewInfo(BaseModel):
     version: int | None = Field(default=None, description="Master version answers are exact for (batch + speed).")
     computed_at: datetime | None = None
     rows: int | None = Field(default=None, description="Rows (keys x windows) in the served generation.")
+    pending: bool = Field(
+        default=False, description="The view is in the pipeline's code but not in the served generation (added "
+                                   "since): its routes answer 503 until a batch run under this code is served.")
 
 
 class ViewList(BaseModel):
@@ -90,6 +99,13 @@ class ViewList(BaseModel):
     processed_version: int | None = Field(default=None, description="Last master version the speed layer applied.")
     lag_versions: int | None = Field(default=None, description="Versions committed but not yet in any answer.")
     lag_seconds: float | None = Field(default=None, description="Age of the oldest commit not yet in any answer.")
+    logic: str = Field(description="Fingerprint of the pipeline logic this API runs (shared_logic.logic).")
+    served_logic: str | None = Field(
+        default=None, description="Logic of the served generation (what answers are computed under); '' when "
+                                  "published before logic was recorded, null when nothing is served.")
+    pending_logic: str | None = Field(
+        default=None, description="This API's logic when it differs from the served one: answers keep the served "
+                                  "logic until a batch run under the new one is served (the scheduler starts it).")
 
 
 class Health(BaseModel):

@@ -234,7 +234,7 @@ def _explain(view: View, read: KeyRead, integral: frozenset[str]) -> Explanation
 def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> KeyAnswer:
     return KeyAnswer(
         view=view.name, key=key, value=value, generation=served.generation, version=served.version,
-        computed_at=_at(served.computed_at),
+        computed_at=_at(served.computed_at), logic=served.logic or None,
     )
 
 
@@ -256,5 +256,5 @@ async def top_answer(
         view=view.name, measure=measure.name, n=n,
         window=WindowSpan(**_span(starts[0], view.window.seconds)) if starts and view.window else None,
         top=[TopEntry(key=k, value=_typed(measure, v, integral)) for k, v in ranked],
-        generation=read.generation.generation, version=read.generation.version,
+        generation=read.generation.generation, version=read.generation.version, logic=read.generation.logic or None,
     )

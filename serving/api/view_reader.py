@@ -57,6 +57,8 @@ class Generation:
     events: int | None
     processed: int | None = None
     rows: dict[str, int] = field(default_factory=dict)
+    #: The logic fingerprint it was computed under (``shared_logic.logic``); '' when published before it was recorded.
+    logic: str = ""
 
     @property
     def version(self) -> int:
@@ -95,14 +97,23 @@ def _num(value: bytes | str) -> float | None:
 
 
 def _generation(generation: bytes | str, processed: bytes | str, meta: Sequence[bytes | str | None]) -> Generation:
-    computed_at, run_id, events = meta
+    computed_at, run_id, events, logic = meta[:4]
     return Generation(
         int(generation),
         float(computed_at) if computed_at else None,
         text(run_id) if run_id else None,
         int(events) if events else None,
         int(processed) if processed else None,
+        logic=text(logic) if logic else "",
     )
+
+
+def _not_in_generation(view: str, served: Generation) -> UnavailableError:
+    """A view the served generation does not hold: one added to the pipeline since it was computed."""
+    return UnavailableError(
+        f"view {view!r} is not in the served batch generation {served.generation} (computed under logic "
+        f"{served.logic or 'unrecorded'}, before the view was added): it is served once a batch run under the "
+        "current pipeline code is (the scheduler starts one when it sees the change)", headers={"Retry-After": "30"})
 
 
 class ServingStore:
@@ -172,7 +183,8 @@ class ServingStore:
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
         meta = {text(k): v for k, v in reply.items()}
-        served = _generation(generation, processed or b"", [meta.get("computed_at"), meta.get("run_id"), meta.get("events")])
+        served = _generation(generation, processed or b"",
+                             [meta.get("computed_at"), meta.get("run_id"), meta.get("events"), meta.get("logic")])
         rows = {k.removeprefix("rows:"): int(v) for k, v in meta.items() if k.startswith("rows:")}
         return Generation(**{**served.__dict__, "rows": rows})
 
@@ -207,6 +219,8 @@ class ServingStore:
             args += [key, suffix(window_start)]
         reply = await self._call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
+        if meta[4] is None:
+            raise _not_in_generation(view, _generation(generation, processed, meta))
         positions = _positions(layout)
         where = [positions.get(m) for m in measures]
 
@@ -245,6 +259,8 @@ class ServingStore:
             batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
             rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
         generation, processed, meta = replies[0][:3]
+        if meta[4] is None:
+            raise _not_in_generation(view, _generation(generation, processed, meta))
         return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
 
     async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int) -> list:

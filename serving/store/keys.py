@@ -5,7 +5,7 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
 
     lp:p:current                              generation pointer: the master version G served
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
-    lp:p:g:{G}:meta                           hash: computed_at, run_id, events; per view its rows,
+    lp:p:g:{G}:meta                           hash: computed_at, run_id, events, logic; per view its rows,
                                               ``measures:{view}``, the order of a row's parts (JSON list),
                                               and ``integral:{view}``, the measures whose values are integers
     lp:p:g:{G}:{view}:r[@{ws}]                hash: key -> the row's batch parts as a JSON array: scalar
@@ -20,6 +20,7 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
                                               before it ('' = none; distinct measures: '1' = copied to :p:)
     lp:p:s:{B}:{view}:t:{measure}[@{ws}]      the undo log's tag: end version of the micro-batch that wrote it
     lp:p:s:{B}:{view}:p:{measure}:{field}     a row's HyperLogLog before the micro-batch in flight touched it
+    lp:p:s:{B}:logic                          the logic fingerprint (and speed query) segment B holds
     lp:p:s:{B}:meta                           hash: processed (last master version fully applied: the commit
                                               point; rows whose undo tag is above it read their undo value)
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
@@ -205,7 +206,12 @@ class Keys:
     @property
     def query_state_prefixes(self) -> tuple[str, ...]:
         """Prefixes of everything a speed-layer query keeps: its segments, guards and plans (a fresh start drops them)."""
-        return f"{self.prefix}:s", f"{self.prefix}:guard", f"{self.prefix}:plan"
+        return (f"{self.prefix}:s", *self.query_position_prefixes)
+
+    @property
+    def query_position_prefixes(self) -> tuple[str, ...]:
+        """Prefixes of where speed-layer queries are: guards and plans (a new query drops them, not the segments)."""
+        return f"{self.prefix}:guard", f"{self.prefix}:plan"
 
     def guard(self, query: str) -> str:
         return f"{self.prefix}:guard:{query}"
@@ -230,6 +236,10 @@ class Keys:
     def segment_metas(self) -> str:
         """Pattern matching every segment's meta hash (for SCAN)."""
         return f"{self.prefix}:s:*:meta"
+
+    def segment_logic(self, base: int) -> str:
+        """The logic segment ``base`` is claimed for (``serving.store.logic``); global keys only."""
+        return f"{self.prefix}:s:{base}:logic"
 
     @property
     def scratch(self) -> str:

@@ -23,8 +23,9 @@ from tests import oracle
 
 
 @contextmanager
-def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]:
-    """The speed layer running in a thread of this process (the session's SparkSession)."""
+def running_speed_layer(spark, settings: Settings, pipeline: Any = None) -> Iterator[threading.Thread]:
+    """The speed layer running in a thread of this process (the session's SparkSession), for ``pipeline``
+    (default: the settings' one)."""
     from speed_layer.runner import run_speed_layer
 
     stop = threading.Event()
@@ -32,7 +33,8 @@ def running_speed_layer(spark, settings: Settings) -> Iterator[threading.Thread]
 
     def run() -> None:
         try:
-            run_speed_layer(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
+            run_speed_layer(spark, settings, pipeline or load_pipeline(settings.pipeline), redis_url=settings.redis_url,
+                            stop=stop)
         except BaseException as e:
             errors.append(e)
 

@@ -60,12 +60,15 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
             computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)
             if served and served.computed_at else None,
             rows=served.rows.get(view.name) if served else None,
+            pending=served is not None and view.name not in served.rows,
         )
         for view in pipeline.views
     ]
     return ViewList(
         pipeline=pipeline.name, views=views, latest_version=fresh.latest_version,
         processed_version=fresh.processed_version, lag_versions=fresh.lag_versions, lag_seconds=fresh.lag_seconds,
+        logic=pipeline.logic, served_logic=served.logic if served else None,
+        pending_logic=pipeline.logic if served is not None and served.logic != pipeline.logic else None,
     )
 
 

@@ -1,0 +1,60 @@
+"""Which logic each generation and realtime segment holds: claims that keep two logics apart.
+
+A segment based at ``B`` is *claimed* for one logic fingerprint (``shared_logic.logic``) by its
+first writer, with one atomic call on ``lp:p:s:{B}:logic``:
+
+* the speed layer claims it as ``logic/query`` before a micro-batch writes to it, and writes only
+  to segments claimed for its own logic *and query* (a restarted query with new code, or after a
+  rollback to old code, never adds to what another query counted: its offsets may have skipped
+  versions that query wrote);
+* the batch run claims it as ``logic`` just before flipping generation ``B`` in, and does not
+  flip if the segment holds another logic.
+
+Generation ``B`` records its logic in its meta at the flip; a speed-layer claim is refused once
+``B`` is served under another logic. So the generation served and the segment beside it always
+hold one logic, and every read, which combines exactly those two, never mixes two logics.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from serving.store.keys import Keys
+from serving.store.replies import text
+
+# KEYS: the segment's claim, the generation's meta (global keys: one slot); ARGV: logic, query ('' = the batch)
+# -> 'ok', or what holds it: 'generation:<logic>' / 'segment:<claim>'
+_CLAIM = """
+local logic, query = ARGV[1], ARGV[2]
+if redis.call('HEXISTS', KEYS[2], 'version') == 1 then
+  local held = redis.call('HGET', KEYS[2], 'logic') or ''
+  if held ~= logic then return 'generation:' .. held end
+end
+local mine = logic
+if query ~= '' then mine = logic .. '/' .. query end
+local current = redis.call('GET', KEYS[1])
+if not current or current == mine or (query ~= '' and current == logic) then
+  redis.call('SET', KEYS[1], mine)
+  return 'ok'
+end
+if query == '' and string.sub(current, 1, #logic + 1) == logic .. '/' then return 'ok' end
+return 'segment:' .. current
+"""
+
+
+def claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query: str = "") -> str | None:
+    """Claim segment ``base`` for ``logic`` (and the speed layer's ``query``); None when claimed, else what
+    holds it (``generation:<logic>`` when generation ``base`` is served under another logic,
+    ``segment:<logic>[/<query>]`` when another logic or query wrote the segment)."""
+    glob = keys.global_keys
+    reply = text(client.eval(_CLAIM, 2, glob.segment_logic(base), glob.meta(base), logic, query))
+    return None if reply == "ok" else reply
+
+
+def generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | None:
+    """The logic generation ``generation`` was computed under ('' for one published before logic was recorded),
+    or None when it is not published."""
+    meta = keys.global_keys.meta(generation)
+    if not client.hexists(meta, "version"):
+        return None
+    return text(client.hget(meta, "logic") or b"")
