@@ -49,6 +49,14 @@ class SparkIngest:
     version: int
 
 
+def ingest_events_file(spark: SparkSession, uri: str, file: Path, file_format: str, schema: EventSchema, *,
+                       metadata: Mapping[str, str]) -> SparkIngest | None:
+    """Append an event file of ``file_format`` by Spark (None: a format Spark does not ingest here)."""
+    if file_format == "jsonl":
+        return ingest_json_lines(spark, uri, file, schema, metadata=metadata)
+    return None
+
+
 def ingest_json_lines(spark: SparkSession, uri: str, file: Path, schema: EventSchema, *,
                       metadata: Mapping[str, str]) -> SparkIngest:
     """Append ``file`` to the Delta table at ``uri`` in one commit, or nothing (see the module docstring)."""
