@@ -247,13 +247,15 @@ def _parquet_columns(columns: pa.Schema, schema: EventSchema, source: str) -> li
     return columns.names
 
 
-def _parquet_records(file: Path, schema: EventSchema, chunk_rows: int) -> Iterator[list[Record]]:
-    """Chunks of (``row N``, {column: value}), N counted from 1 in file order."""
+def _parquet_records(file: Path, schema: EventSchema, chunk_rows: int, *, row_groups: Sequence[int] | None = None,
+                     first_row: int = 0) -> Iterator[list[Record]]:
+    """Chunks of (``row N``, {column: value}), N counted from 1 in file order; ``row_groups``: only
+    those (consecutive, the first starting at row ``first_row`` from 0)."""
     parquet = _parquet_file(file)
     names = _parquet_columns(parquet.schema_arrow, schema, str(file))
     utc = pa.timestamp("us", tz="UTC")
-    row = 0
-    for batch in parquet.iter_batches(batch_size=chunk_rows, columns=names):
+    row = first_row
+    for batch in parquet.iter_batches(batch_size=chunk_rows, row_groups=row_groups, columns=names):
         columns: dict[str, list[Any]] = {}
         for name, values in zip(batch.schema.names, batch.columns):
             if pa.types.is_timestamp(values.type):
@@ -267,3 +269,23 @@ def _parquet_records(file: Path, schema: EventSchema, chunk_rows: int) -> Iterat
         yield [(f"row {row + i + 1}", r) for i, r in enumerate(rows)]
         row += batch.num_rows
 
+
+def parquet_row_groups(file: Path, schema: EventSchema) -> list[tuple[int, int]]:
+    """(row group, its first row from 0) of each row group of ``file``, after checking its schema (as :func:`check`)."""
+    parquet = _parquet_file(file)
+    _parquet_columns(parquet.schema_arrow, schema, str(file))
+    groups, first = [], 0
+    for i in range(parquet.metadata.num_row_groups):
+        groups.append((i, first))
+        first += parquet.metadata.row_group(i).num_rows
+    return groups
+
+
+def validated_row_group(file: Path, schema: EventSchema, row_group: int, first_row: int, *, chunk_rows: int,
+                        now: datetime) -> Iterator[Chunk]:
+    """As :func:`validated_chunks` for one row group of a Parquet file (Spark validates row groups in parallel)."""
+    for records in _parquet_records(file, schema, chunk_rows, row_groups=[row_group], first_row=first_row):
+        try:
+            yield schema.validate_records(records, source=str(file), strict=True, now=lambda: now)
+        except EventValidationError as e:
+            yield e

@@ -49,13 +49,13 @@ def _version(master: MasterDataset) -> int | None:
 
 
 def _parquet_events(path: Path, start: int, n: int) -> None:
-    """A Parquet file whose column types differ from the master's but read safely as them."""
+    """A Parquet file whose column types differ from the master's but read safely as them, in row groups of 16."""
     pq.write_table(pa.table({
         "user_id": pa.array([f"u{i % 5}" for i in range(start, start + n)]).dictionary_encode(),
         "merchant": pa.array([f"m{i}" for i in range(start, start + n)], pa.large_string()),
         "amount": pa.array(range(start, start + n), pa.int32()),
         "event_time": pa.array([T0 + timedelta(minutes=i) for i in range(start, start + n)], pa.timestamp("ns")),
-    }), path)
+    }), path, row_group_size=16)
 
 
 def _oracle_parquet(path: Path) -> Counter[Event]:
@@ -64,7 +64,8 @@ def _oracle_parquet(path: Path) -> Counter[Event]:
                    for r in frame.itertuples())
 
 
-def test_parquet_folder_backfill_equals_the_oracle_one_version_per_file(master: MasterDataset, tmp_path: Path) -> None:
+def test_parquet_folder_backfill_equals_the_oracle_one_version_per_file(master: MasterDataset, storage_engine: str,
+                                                                        tmp_path: Path) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
     for i, name in enumerate(["c.parquet", "a.parquet", "b.parquet"]):
@@ -85,6 +86,9 @@ def test_parquet_folder_backfill_equals_the_oracle_one_version_per_file(master: 
         assert _stored(master, d.version) - _stored(master, d.version - 1) == file_events  # that file, in its version
         expected += file_events
     assert _stored(master) == expected and DeltaTable(str(master.path)).version() == before + 3
+    if storage_engine == "delta-spark":  # committed by Spark, not by the delta-rs fallback
+        writers = {h["version"]: h.get("engineInfo", "") for h in DeltaTable(str(master.path)).history()}
+        assert all("Spark" in writers[d.version] for d in done), writers
 
 
 CSV_TEXT = """user_id,merchant,amount,event_time
@@ -182,7 +186,7 @@ def test_format_override_and_bad_parquet_rows(master: MasterDataset, tmp_path: P
 
     rows = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"user_id": ["u", None, "w"], "merchant": ["m", "m", "m"],
-                             "amount": [1.0, 2.0, float("nan")]}), rows)
+                             "amount": [1.0, 2.0, float("nan")]}), rows, row_group_size=1)
     with pytest.raises(EventValidationError) as caught:
         backfill(master, [rows])
     assert [(p.location, p.field) for p in caught.value.problems] == [("row 2", "user_id"), ("row 3", "amount")]
