@@ -23,14 +23,14 @@ class BackfillBar:
     """A ``BackfillProgress`` drawn with rich; use as a context manager around the backfill."""
 
     def __init__(self) -> None:
-        self.events, self.started = 0, time.monotonic()
+        self.events, self.done, self.started = 0, 0, time.monotonic()
         self._progress = Progress(
-            TextColumn("[bold]ingest[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
+            TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"),
             TextColumn("{task.fields[events]:,} events, {task.fields[rate]:,.0f}/s"), TimeElapsedColumn(),
             console=console, transient=True, disable=not console.is_terminal,
         )
         self._task: TaskID | None = None
-        self.files = 0
+        self.files: list[SourceFile] = []
         self.committed_files: list[FileIngested] = []
         self.not_written: list[SourceFile] = []
 
@@ -42,21 +42,25 @@ class BackfillBar:
         self._progress.stop()
 
     def planned(self, files: Sequence[SourceFile], total_bytes: int) -> None:
-        self.files = len(files)
-        self._task = self._progress.add_task("ingest", total=len(files), events=0, rate=0.0)
+        self.files = list(files)
+        self._task = self._progress.add_task(self._name(0), total=len(files), events=0, rate=0.0)
 
     def rows(self, events: int) -> None:
         self.events += events
         if self._task is not None:
             rate = self.events / max(time.monotonic() - self.started, 1e-3)
-            self._progress.update(self._task, events=self.events, rate=rate)
+            self._progress.update(self._task, events=self.events, rate=rate, refresh=True)
 
     def committed(self, done: FileIngested) -> None:
         if self._task is not None:
-            self._progress.advance(self._task)
-        if self.files > 1:
+            self.done += 1
+            self._progress.update(self._task, completed=self.done, description=self._name(self.done), refresh=True)
+        if len(self.files) > 1:
             console.print(f"  committed {escape(str(done.source.path))}: {done.events} events at master version "
                           f"{done.version}")
+
+    def _name(self, index: int) -> str:
+        return escape(self.files[index].path.name) if index < len(self.files) else ""
 
     def failed(self, source: SourceFile, error: Exception, committed: Sequence[FileIngested],
                not_written: Sequence[SourceFile]) -> None:
