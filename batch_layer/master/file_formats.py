@@ -151,7 +151,7 @@ Record = tuple[str, dict[str, Any]]
 
 
 def _open_text(file: Path) -> Any:
-    return file.open("r", encoding="utf-8", newline="")
+    return file.open("r", encoding="utf-8-sig", newline="")  # a byte-order mark (spreadsheet exports) is not text
 
 
 def _csv_header(header: list[str], schema: EventSchema, source: str) -> list[str]:
