@@ -1,6 +1,6 @@
 """lambda-platform: exact merged views from a Spark batch layer and a Spark speed layer.
 
-    lambda-platform ingest FILE      append a JSON Lines file to the master dataset (all or nothing)
+    lambda-platform ingest FILE...   append event files (JSON Lines, CSV, Parquet; folders) to the master dataset
     lambda-platform batch run        recompute every view and serve it as a new generation
     lambda-platform batch schedule   recompute on a schedule and on request (single-flight)
     lambda-platform speed run        stream new versions into realtime segments, exactly once
@@ -59,11 +59,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ingest = sub.add_parser("ingest", help="append a JSON Lines file of events to the master dataset",
-                            description="Validate every line of FILE against the pipeline's event schema, then "
-                                        "append all of it in one commit. Any bad line: every problem is listed "
-                                        "with its line number and field, and nothing is written.")
-    ingest.add_argument("file", type=Path, help="JSON Lines file, one event per line")
+    ingest = sub.add_parser(
+        "ingest", help="append event files (JSON Lines, CSV, Parquet; folders) to the master dataset",
+        description="Validate each FILE against the pipeline's event schema and append it in one commit (one "
+                    "master version per file, in the order given): all of a file, or nothing of it. A folder "
+                    "stands for its .parquet, .csv, .jsonl and .json files, sorted by name (not recursive). The "
+                    "format comes from the extension unless --format names it. Every path, CSV header and "
+                    "Parquet schema is checked before anything is written; rows are checked file by file. A bad "
+                    "line or row: every problem of that file is listed with its line (CSV: the header is line "
+                    "1; Parquet: row) and field, nothing of it is written, and the command lists the files "
+                    "already committed (do not ingest them again) and those not written, and exits 1. CSV: "
+                    "text coerced to the field types; an empty cell is an absent field. Unknown columns are "
+                    "errors, as unknown JSON fields are.")
+    ingest.add_argument("files", type=Path, nargs="+", metavar="FILE",
+                        help="event file or folder: .jsonl/.json (one JSON event per line), .csv (header line), .parquet")
+    ingest.add_argument("--format", choices=("jsonl", "csv", "parquet"), dest="file_format",
+                        help="read every FILE as this format, whatever its extension")
     ingest.set_defaults(handler=_cmd_ingest)
 
     batch = sub.add_parser("batch", help="batch-layer commands")
@@ -140,19 +151,33 @@ def _redis_url(settings: Settings) -> str:
 
 
 def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.master.backfill import backfill
     from batch_layer.master.dataset import MasterDataset
+    from deploy.backfill_bar import BackfillBar
     from shared_logic.registry import load_pipeline
 
     master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
-    # delta-spark: the file is read, validated and appended by Spark; on object storage delta-rs commits
+    # delta-spark: files are read, validated and appended by Spark; on object storage delta-rs commits
     # (conditional puts, safe beside the other writers: batch_layer/master/delta_spark.py), so no Spark.
     if settings.storage_engine == "delta-spark" and not settings.tables_on_object_store:
         from deploy.spark import build_spark
 
         build_spark(settings, f"lambda-ingest-{settings.pipeline_slug}")
-    with progress(f"ingesting {args.file}"):
-        result = master.ingest_file(args.file)
-    console.print(f"[green]ingested {result.events} events[/] from {escape(str(args.file))} at master version {result.version}")
+    bar = BackfillBar()
+    try:
+        with bar:
+            done = backfill(master, args.files, file_format=args.file_format, progress=bar)
+    except (SharedLogicError, BatchLayerError) as e:
+        _report(e)
+        bar.report_failure()
+        return EXIT_FAILED
+    events = sum(d.events for d in done)
+    if len(done) == 1:
+        source = escape(str(done[0].source.path))
+        console.print(f"[green]ingested {events} events[/] from {source} at master version {done[0].version}")
+    else:
+        console.print(f"[green]ingested {events} events[/] from {len(done)} files at master versions "
+                      f"{done[0].version} to {done[-1].version}")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -133,6 +133,27 @@ class EventSchema:
             raise EventValidationError(problems, source)
         return self._to_table(models, now)
 
+    def validate_records(
+        self, records: Iterable[tuple[str, Mapping[str, Any]]], *, source: str, strict: bool, now: Clock = _utcnow
+    ) -> pa.Table:
+        """Validate located records (a CSV line's or a Parquet row's values): each is ``(location, values)``,
+        ``location`` naming it in problems ("line 7", "row 12"). An absent key is an absent field (its
+        default, or a problem when required); unknown keys are problems, as in JSON. ``strict=False``
+        coerces text ("12" -> 12, ISO strings -> datetimes), for sources that only hold text.
+
+        Every record is checked and every problem reported; on any problem nothing is returned.
+        """
+        models: list[BaseModel] = []
+        problems: list[EventProblem] = []
+        for location, values in records:
+            try:
+                models.append(self._one.validate_python(values, strict=strict))
+            except ValidationError as e:
+                problems.extend(_problem(err, _at(location)) for err in e.errors())
+        if problems:
+            raise EventValidationError(problems, source)
+        return self._to_table(models, now)
+
     def _to_table(self, models: Sequence[BaseModel], now: Clock) -> pa.Table:
         """Arrow table of validated events (datetimes already in UTC, see ``_fitting_columns``). A
         missing event time becomes the ingest time, once per call, so it is fixed in the master
@@ -194,6 +215,11 @@ def as_utc(t: datetime) -> datetime | None:
 def _at_line(number: int) -> Callable[[int], str]:
     """Locator naming line ``number`` whatever index pydantic reports (one document per line)."""
     return lambda _: f"line {number}"
+
+
+def _at(location: str) -> Callable[[int], str]:
+    """Locator naming ``location`` whatever index pydantic reports (one record at a time)."""
+    return lambda _: location
 
 
 def _problem(err: Any, locate: Callable[[int], str]) -> EventProblem:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
 from batch_layer.master.engines import get_engine
+from batch_layer.master.file_formats import SourceFile, source_files, validated_chunks
 from batch_layer.master.object_store import Location
 from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Events validated and converted per chunk while ingesting a file (bounds memory).
+#: Events (lines, rows) validated and converted per chunk while ingesting a file (bounds memory).
 INGEST_CHUNK_LINES = 100_000
 
 
@@ -133,48 +134,53 @@ class MasterDataset:
         rows = self.engine.snapshot(spark, self.path, version, self.schema)
         return rows.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
 
-    def ingest_file(self, file: Path) -> IngestResult:
-        """Append a JSON Lines file as one commit: all of it, or (on any bad line) none of it.
+    def ingest_file(self, file: Path | SourceFile, *, on_rows: Callable[[int], None] | None = None) -> IngestResult:
+        """Append an event file (JSON Lines, CSV or Parquet: ``file_formats``) as one commit: all of it,
+        or (on any bad line or row) none of it.
 
-        The file is validated and converted in chunks, so its size is bounded by disk, not memory.
-        Every problem is reported with its line number and field (EventValidationError).
+        A path's format comes from its extension. The file is validated and converted in chunks, so its
+        size is bounded by disk, not memory. Every problem is reported with its line (or row) number and
+        field (EventValidationError). ``on_rows`` is told how many events each validated chunk held.
         """
-        if not file.is_file():
-            raise IngestError(f"cannot ingest {file}: no such file")
+        source = file if isinstance(file, SourceFile) else source_files([file])[0]
+        if not source.path.is_file():
+            raise IngestError(f"cannot ingest {source.path}: no such file")
+        metadata = {"lambda.source": source.path.name}
         if isinstance(self.engine, SparkStorage):  # read, validated and appended by Spark (None: no Spark here)
             self.ensure()
-            bulk = self.engine.ingest_json_lines(self.path, file, self.pipeline.schema, metadata={"lambda.source": file.name})
+            bulk = self.engine.ingest_events_file(self.path, source.path, source.format, self.pipeline.schema,
+                                                  metadata=metadata)
             if bulk is not None:
-                log.info("ingested %d events from %s at master version %d", bulk.events, file, bulk.version)
+                log.info("ingested %d events from %s at master version %d", bulk.events, source.path, bulk.version)
+                if on_rows is not None:
+                    on_rows(bulk.events)
                 return IngestResult(bulk.events, bulk.version)
-        counter = _Counter()
-        batches = self._validated_batches(file, counter)
+        counter = _Counter(on_rows=on_rows)
+        batches = self._validated_batches(source, counter)
         reader = pa.RecordBatchReader.from_batches(self.schema, batches)
         try:
-            version = self.append(reader, metadata={"lambda.source": file.name})
+            version = self.append(reader, metadata=metadata)
         except Exception:
             # delta-rs wraps what the batch generator raised; hand back the original, typed error.
             if counter.error is not None:
                 raise counter.error from None
             raise
-        log.info("ingested %d events from %s at master version %d", counter.events, file, version)
+        log.info("ingested %d events from %s at master version %d", counter.events, source.path, version)
         return IngestResult(counter.events, version)
 
-    def _validated_batches(self, file: Path, counter: _Counter) -> Iterator[pa.RecordBatch]:
-        """Yield validated chunks; after a bad line keep checking the rest, then raise (commit never happens)."""
+    def _validated_batches(self, source: SourceFile, counter: _Counter) -> Iterator[pa.RecordBatch]:
+        """Yield validated chunks; after a bad chunk keep checking the rest, then raise (commit never happens)."""
         try:
             problems: list[EventProblem] = []
-            for chunk in _numbered_lines(file):
-                try:
-                    table = self.pipeline.schema.validate_json_lines(chunk, source=str(file))
-                except EventValidationError as e:
-                    problems.extend(e.problems)
+            for chunk in validated_chunks(source, self.pipeline.schema, chunk_rows=INGEST_CHUNK_LINES):
+                if isinstance(chunk, EventValidationError):
+                    problems.extend(chunk.problems)
                     continue
                 if not problems:
-                    counter.events += table.num_rows
-                    yield from table.to_batches()
+                    counter.add(chunk.num_rows)
+                    yield from chunk.to_batches()
             if problems:
-                raise EventValidationError(problems, str(file))
+                raise EventValidationError(problems, str(source.path))
         except Exception as e:
             counter.error = e
             raise
@@ -184,23 +190,12 @@ class MasterDataset:
 class _Counter:
     events: int = 0
     error: Exception | None = None
+    on_rows: Callable[[int], None] | None = None
 
-
-def _numbered_lines(file: Path) -> Iterator[list[tuple[int, str]]]:
-    """Chunks of (line number, text) for the non-blank lines of ``file``."""
-    chunk: list[tuple[int, str]] = []
-    try:
-        with file.open("r", encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                if line.strip():
-                    chunk.append((number, line))
-                if len(chunk) >= INGEST_CHUNK_LINES:
-                    yield chunk
-                    chunk = []
-    except UnicodeDecodeError as e:
-        raise IngestError(f"cannot ingest {file}: not UTF-8 text ({e.reason} at byte {e.start})") from e
-    if chunk:
-        yield chunk
+    def add(self, events: int) -> None:
+        self.events += events
+        if self.on_rows is not None:
+            self.on_rows(events)
 
 
 def dump_jsonl(events: list[dict[str, object]], file: Path) -> None:

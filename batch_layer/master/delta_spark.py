@@ -215,15 +215,15 @@ class DeltaSparkEngine:
         """The table as of ``version`` (all its columns)."""
         return spark.read.format("delta").option("versionAsOf", version).load(_uri(path))
 
-    def ingest_json_lines(self, path: Location, file: Path, schema: EventSchema, *,
-                          metadata: Mapping[str, str]) -> SparkIngest | None:
-        """Read, validate and append a JSON Lines file by Spark in one commit (None without Spark)."""
+    def ingest_events_file(self, path: Location, file: Path, file_format: str, schema: EventSchema, *,
+                           metadata: Mapping[str, str]) -> SparkIngest | None:
+        """Read, validate and append an event file by Spark in one commit (None without Spark)."""
         spark = self._spark or running_spark()
         if spark is None or is_object_store(path):  # commits on object storage: delta-rs (module docstring)
             return None
-        from batch_layer.master.spark_ingest import ingest_json_lines
+        from batch_layer.master.spark_ingest import ingest_events_file
 
-        return ingest_json_lines(spark, _uri(path), file, schema, metadata=metadata)
+        return ingest_events_file(spark, _uri(path), file, file_format, schema, metadata=metadata)
 
     def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:

@@ -1,4 +1,8 @@
-"""Bulk ingest of a JSON Lines file by Spark: read and validated on the executors, one Delta commit.
+"""Bulk ingest of a JSON Lines or Parquet file by Spark: read and validated on the executors, one Delta commit.
+
+Parquet: each row group is a task; the executors read it with pyarrow and validate it with the same
+code as the delta-rs way (``file_formats``), so types and row numbers are the same on both engines.
+JSON Lines is described below. CSV is not split (a quoted value may span lines): the caller reads it.
 
 The semantics are those of ``MasterDataset.ingest_file`` (the delta-rs way), because the same
 code validates: every non-blank line goes through the pipeline's ``EventSchema.validate_json_lines``
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,12 +30,13 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import IngestError, StorageError
+from batch_layer.master.file_formats import parquet_row_groups, validated_row_group
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN, EventSchema
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-    from pyspark.sql import Row, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 #: Columns the validation adds to the master layout; ``_kind`` tells what a row is: 'event',
 #: 'problem' (a bad line), 'encoding' (a line that is not UTF-8) or 'lines' (a split's line count).
@@ -49,10 +54,19 @@ class SparkIngest:
     version: int
 
 
+def ingest_events_file(spark: SparkSession, uri: str, file: Path, file_format: str, schema: EventSchema, *,
+                       metadata: Mapping[str, str]) -> SparkIngest | None:
+    """Append an event file of ``file_format`` by Spark (None: a format Spark does not ingest here)."""
+    if file_format == "jsonl":
+        return ingest_json_lines(spark, uri, file, schema, metadata=metadata)
+    if file_format == "parquet":
+        return ingest_parquet(spark, uri, file, schema, metadata=metadata)
+    return None  # CSV: records may span lines, so splits cannot be cut by line; read by the caller, streaming
+
+
 def ingest_json_lines(spark: SparkSession, uri: str, file: Path, schema: EventSchema, *,
                       metadata: Mapping[str, str]) -> SparkIngest:
     """Append ``file`` to the Delta table at ``uri`` in one commit, or nothing (see the module docstring)."""
-    from pyspark import StorageLevel
     from pyspark.sql.pandas.types import from_arrow_schema
 
     session = spark.newSession()  # its own SQL conf: the commit version read below is ours
@@ -62,10 +76,62 @@ def ingest_json_lines(spark: SparkSession, uri: str, file: Path, schema: EventSc
                                  source=str(file), now=datetime.now(timezone.utc), output=output)
     lines = session.read.format("text").load(str(file.resolve())).select(
         F.col("value").cast("binary").alias("raw"), F.input_file_block_start().alias("block"))
-    validated = lines.mapInArrow(validate, from_arrow_schema(output)).persist(StorageLevel.MEMORY_AND_DISK)
+    validated = lines.mapInArrow(validate, from_arrow_schema(output))
+    return _commit(session, validated, master, uri, file, metadata, functools.partial(_raise_problems, file))
+
+
+def ingest_parquet(spark: SparkSession, uri: str, file: Path, schema: EventSchema, *,
+                   metadata: Mapping[str, str]) -> SparkIngest:
+    """Append a Parquet file in one commit, or nothing: its row groups are read and validated in parallel
+    by the same code as ``file_formats.validated_chunks`` (pyarrow on the executors, so every type it
+    reads, row numbers exact); problems are EventValidationError located ``row N``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    session = spark.newSession()
+    master = schema.arrow_schema()
+    output = pa.schema([*master, *_NOTES])
+    groups = parquet_row_groups(file, schema)  # the schema checked on the driver, from the footer
+    validate = functools.partial(_validate_row_groups, file=str(file.resolve()), model=schema.model,
+                                 event_time_field=schema.event_time_field, now=datetime.now(timezone.utc),
+                                 output=output)
+    frame = session.createDataFrame(groups, "_block long, _line long")
+    validated = frame.repartition(max(1, len(groups)), "_block").mapInArrow(validate, from_arrow_schema(output))
+    return _commit(session, validated, master, uri, file, metadata, functools.partial(_raise_row_problems, file))
+
+
+def _validate_row_groups(batches: Iterator[pa.RecordBatch], *, file: str, model: type[BaseModel],
+                         event_time_field: str | None, now: datetime, output: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """On an executor: the events of each row group named in ``batches`` (``_block``, ``_line``: its first row), or its problems."""
+    schema = EventSchema(model, event_time_field)
+    for batch in batches:
+        for group, first in zip(batch.column("_block").to_pylist(), batch.column("_line").to_pylist()):
+            for chunk in validated_row_group(Path(file), schema, group, first, chunk_rows=65_536, now=now):
+                if isinstance(chunk, EventValidationError):
+                    notes: list[tuple[str, int, int, str | None, str]] = [
+                        ("problem", group, int(p.location.split()[1]), p.field, p.message) for p in chunk.problems]
+                    yield _notes_batch(notes, output)
+                elif chunk.num_rows:
+                    for field in _NOTES:
+                        chunk = chunk.append_column(field, pa.nulls(chunk.num_rows, field.type))
+                    yield from chunk.cast(output).to_batches()
+
+
+def _raise_row_problems(file: Path, notes: list[Row]) -> None:
+    """Raise EventValidationError for the problems found, located by row number."""
+    bad = sorted((n for n in notes if n[KIND_COLUMN] == "problem"), key=lambda n: n["_line"])  # stable
+    if bad:
+        raise EventValidationError([EventProblem(f"row {n['_line']}", n["_field"], n["_message"]) for n in bad], str(file))
+
+
+def _commit(session: SparkSession, validated: DataFrame, master: pa.Schema, uri: str, file: Path,
+            metadata: Mapping[str, str], raise_problems: Callable[[list[Row]], None]) -> SparkIngest:
+    """Raise the problems ``validated`` notes, else append its events to ``uri`` in one commit."""
+    from pyspark import StorageLevel
+
+    validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         notes = validated.where(F.col(KIND_COLUMN) != "event").select(KIND_COLUMN, *_NOTES.names).collect()
-        _raise_problems(file, notes)
+        raise_problems(notes)
         events = validated.where(F.col(KIND_COLUMN) == "event").select(*master.names)
         count = events.count()
         events.write.format("delta").mode("append").option("userMetadata", json.dumps(dict(metadata))).save(uri)

@@ -158,12 +158,12 @@ class SparkStorage(Protocol):
     def read_version(self, spark: SparkSession, path: Location, version: int) -> DataFrame:
         """The table as of ``version``."""
 
-    def ingest_json_lines(self, path: Location, file: Path, schema: EventSchema, *,
-                          metadata: Mapping[str, str]) -> IngestedFile | None:
-        """Append a JSON Lines file validated against ``schema`` in one commit: all of it, or on any
-        bad line none of it (EventValidationError listing every problem by line and field, as
-        ``MasterDataset.ingest_file``). None when this process runs no Spark (the caller ingests
-        another way)."""
+    def ingest_events_file(self, path: Location, file: Path, file_format: str, schema: EventSchema, *,
+                           metadata: Mapping[str, str]) -> IngestedFile | None:
+        """Append an event file (``file_format``: see ``file_formats.FORMATS``) validated against ``schema``
+        in one commit: all of it, or on any bad line or row none of it (EventValidationError listing every
+        problem by line or row and field, as ``MasterDataset.ingest_file``). None when this process runs
+        no Spark, or Spark does not read this format (the caller ingests another way)."""
 
     def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
