@@ -335,7 +335,9 @@ class ServingStore:
         Builds the generation's key index of a window on first use."""
         lo_first, lo_rest, hi = bounds
         args = [bucket.prefix, view, measure, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
-        for _ in range(3):  # a flip between indexing and listing asks for the new generation's index
+        # Each call may meet one window not yet indexed (built, then asked again); a flip between indexing
+        # and listing asks for the new generation's index.
+        for _ in range(len(windows) - first + 3):
             reply = await self._call(self._list, bucket, args)
             if len(reply) == 3 and reply[1] == b"unindexed":
                 sfx = reply[2].decode()

@@ -30,14 +30,14 @@ from typing import Any
 
 import httpx
 import pandas as pd
-import redis
+import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from serving.store.generations import read_epoch
-from serving.store.keys import Keys
+from serving.store.connection import redis_client, store_keys
 from serving.store.segment_commits import commit_processed
 from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
@@ -71,8 +71,8 @@ def oracle(events: list[dict[str, Any]], hourly: bool = False) -> dict[tuple[str
 def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[str, Any]], last: int) -> None:
     """The speed layer's write of ``events`` into the segment based at ``base``, committed at version ``last``."""
     pipeline = load_pipeline(settings.pipeline)
-    client = redis.Redis.from_url(settings.redis_url)
-    keys = Keys(pipeline.name)
+    client = redis_client(settings.redis_url)
+    keys = store_keys(pipeline.name, settings.redis_url)
     frame = spark.createDataFrame(
         [(e["origin"], e["dest"], e["delay"], datetime.fromisoformat(e["event_time"])) for e in events],
         "origin string, dest string, delay long, event_time timestamp")
@@ -120,9 +120,13 @@ def check_values(got: dict[tuple[str, int | None], dict[str, Any]], want: dict[t
         assert got[row] == value and all(type(v) is int for v in got[row].values()), (row, got[row], value)
 
 
+@pytest.mark.parametrize("store", ["redis", "redis-cluster"])
 def test_paging_lists_every_key_once_across_a_flip_and_filters_match_pandas(
-        spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path) -> None:
-    settings = make_settings(pipeline=PIPELINE)
+        store: str, spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
+    """On one Redis, and on a Redis Cluster of 3 masters (16 buckets: every page merges them)."""
+    overrides = {"redis_url": request.getfixturevalue("cluster_url")} if store == "redis-cluster" else {}
+    settings = make_settings(pipeline=PIPELINE, **overrides)
     rng = random.Random(7)
     first, realtime = flights(rng, 150, AIRPORTS[:5]), flights(rng, 40, AIRPORTS)
     later = flights(rng, 60, AIRPORTS + ["AAA", "ZZZ", "JFK2"])
@@ -133,7 +137,7 @@ def test_paging_lists_every_key_once_across_a_flip_and_filters_match_pandas(
     before, after = oracle(first + realtime), oracle(first + realtime + later)
     assert set(oracle(realtime)) - set(oracle(first)), "the realtime events should bring routes the batch lacks"
 
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE, **overrides) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
         bodies, cursor = [], None
         for _ in range(5):
             response = page(client, ALL, {"limit": 3, **({"cursor": cursor} if cursor else {})})
