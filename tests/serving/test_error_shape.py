@@ -71,7 +71,7 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
     schema = client.get("/openapi.json").json()
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     operations = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 9
+    assert len(operations) == 10
     for path, method, op in operations:
         responses = op["responses"]
         for status, response in responses.items():
