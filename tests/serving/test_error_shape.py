@@ -84,7 +84,8 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
         if op.get("parameters"):
             assert "422" in responses, (path, method)
     protected = {(p, m) for p, m, op in operations if "security" in op}
-    assert protected == {("/v1/views", "get"), ("/v1/views/{view}/keys/{key}", "get"), ("/v1/views/{view}/top", "get"),
+    assert protected == {("/v1/views", "get"), ("/v1/views/{view}/keys", "get"), ("/v1/views/{view}/keys/{key}", "get"),
+                         ("/v1/views/{view}/top", "get"),
                          ("/v1/events", "post"), ("/v1/batch/runs", "post"), ("/v1/batch/runs", "get"),
                          ("/v1/batch/runs/{run_id}", "get")}
 

@@ -36,8 +36,8 @@ from pyspark.sql import functions as F
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
-from serving.store.generations import read_epoch
 from serving.store.connection import redis_client, store_keys
+from serving.store.generations import read_epoch
 from serving.store.segment_commits import commit_processed
 from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
