@@ -70,6 +70,26 @@ class TopAnswer(BaseModel):
                                   "realtime parts alike: never two); null for a generation published before it was recorded.")
 
 
+class KeyEntry(BaseModel):
+    """One row of a key listing: a key (in one window, for windowed views) and its merged value."""
+
+    key: str = Field(description="The key as the key route takes it (several key columns joined with '|').")
+    columns: dict[str, str] | None = Field(default=None, description="Views with several key columns: each one's value.")
+    window: WindowSpan | None = Field(default=None, description="Windowed views: the window of this row.")
+    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for this window.")
+
+
+class KeyPage(BaseModel):
+    """A page of a view's keys with their merged values, in key order; every value of the page is exact as
+    of ``version`` (one atomic state of the store)."""
+
+    view: str
+    keys: list[KeyEntry]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null after the last page.")
+    generation: int = Field(description="The batch generation this page was read from.")
+    version: int = Field(description="Master dataset version every value of this page is exact for.")
+
+
 class MeasureInfo(BaseModel):
     name: str
     kind: str

@@ -169,7 +169,21 @@ def _present(part: dict[str, float | None]) -> bool:
     return any(v is not None for v in part.values())
 
 
-def _span(start: int, seconds: int) -> dict[str, datetime]:
+async def read_items(store: ServingStore, view: View, items: list[tuple[str, int | None]]) -> KeyRead:
+    """Every measure's parts of ``items`` (key, window start) of ``view``, all in one bucket, in one atomic read."""
+    shape = _shape(view)
+    return await store.read(view.name, items, shape.scalar_names, shape.distinct_names)
+
+
+def row_value(view: View, read: KeyRead, i: int, integral: frozenset[str]) -> dict[str, Any] | None:
+    """Item ``i`` of ``read`` (one key in one window, or all time) as an answer's value: its batch and
+    realtime parts combined, its merged distinct counts; None when neither part holds the row."""
+    if not (_present(read.batch[i]) or _present(read.realtime[i])):
+        return None
+    return _finish(view, combine(view, [read.batch[i], read.realtime[i]], integral), read.distinct_merged[i])
+
+
+def span(start: int, seconds: int) -> dict[str, datetime]:
     return {"start": at(start), "end": at(start + seconds)}
 
 
@@ -199,13 +213,11 @@ async def key_answer(
     value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
     answer = _answer(view, key, read.generation, value)
     if view.window and window_start is not None:
-        answer.window = WindowSpan(**_span(starts[0], view.window.seconds))
+        answer.window = WindowSpan(**span(starts[0], view.window.seconds))
     elif view.window:
         answer.range = WindowSpan(start=start, end=end)  # type: ignore[arg-type]
         answer.windows = [
-            WindowValue(**_span(s, view.window.seconds),
-                        value=_finish(view, combine(view, [read.batch[i], read.realtime[i]], integral),
-                                      read.distinct_merged[i]))
+            WindowValue(**span(s, view.window.seconds), value=row_value(view, read, i, integral) or {})
             for i, s in enumerate(starts) if present[i]
         ]
     if explain:
@@ -254,7 +266,7 @@ async def top_answer(
     ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
     return TopAnswer(
         view=view.name, measure=measure.name, n=n,
-        window=WindowSpan(**_span(starts[0], view.window.seconds)) if starts and view.window else None,
+        window=WindowSpan(**span(starts[0], view.window.seconds)) if starts and view.window else None,
         top=[TopEntry(key=k, value=_typed(measure, v, integral)) for k, v in ranked],
         generation=read.generation.generation, version=read.generation.version, logic=read.generation.logic or None,
     )

@@ -27,7 +27,7 @@ import asyncio
 import functools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -36,8 +36,8 @@ from redis.exceptions import RedisError
 from serving.api.errors import UnavailableError
 from serving.store.connection import async_redis_client, is_cluster, store_keys
 from serving.store.heartbeat import SpeedHeartbeat
-from serving.store.keys import Keys, suffix
-from serving.store.read_scripts import INSTALL_RANKING, READ, TOP
+from serving.store.keys import WINDOW_SEPARATOR, Keys, suffix
+from serving.store.read_scripts import INSTALL_RANKING, LIST, READ, TOP
 from serving.store.replies import text
 
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
@@ -86,6 +86,24 @@ class TopRead:
     realtime: dict[str, float]
 
 
+@dataclass(frozen=True)
+class WindowKeys:
+    """One window's candidates in a key listing (``ServingStore.list_keys``): its index in the windows
+    asked for, how many batch keys were asked (as many came back: there may be more), the batch keys
+    and every realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
+
+    index: int
+    wanted: int
+    batch: list[bytes]
+    realtime: list[bytes]
+
+
+@dataclass(frozen=True)
+class KeyListing:
+    generation: Generation
+    windows: list[WindowKeys]
+
+
 @functools.lru_cache(maxsize=256)
 def _positions(layout: bytes) -> dict[str, int]:
     """Measure name -> index in a batch row, from the generation's ``measures:{view}`` (JSON list)."""
@@ -126,6 +144,7 @@ class ServingStore:
         self._read = self._client.register_script(READ)
         self._top = self._client.register_script(TOP)
         self._install = self._client.register_script(INSTALL_RANKING)
+        self._list = self._client.register_script(LIST)
         #: The highest version this process has answered at (see the module docstring).
         self._answered = -1
         #: Store calls in flight at most, on a cluster: redis-py's async cluster client (8.1) under more
@@ -279,16 +298,25 @@ class ServingStore:
                          position: int | None) -> None:
         """``_rank``, shared by the requests of this process that need the same ranking at once."""
         ranking = bucket.scores(generation, view, measure, window_start)
+
+        def score(row: bytes) -> float | None:
+            return json.loads(row)[position] if position is not None else None
+
+        await self._build_once(bucket, ranking, generation, view, window_start, score)
+
+    async def _build_once(self, bucket: Keys, ranking: str, generation: int, view: str, window_start: int | None,
+                          score: Callable[[bytes], float | None]) -> None:
         build = self._building.get(ranking)
         if build is None:
-            build = asyncio.ensure_future(self._rank(bucket, ranking, generation, view, window_start, position))
+            build = asyncio.ensure_future(self._rank(bucket, ranking, generation, view, window_start, score))
             self._building[ranking] = build
             build.add_done_callback(lambda _: self._building.pop(ranking, None))
         await asyncio.shield(build)  # a request that gives up does not cancel the others' build
 
     async def _rank(self, bucket: Keys, ranking: str, generation: int, view: str, window_start: int | None,
-                    position: int | None) -> None:
-        """Build generation ``generation``'s ranking (``ranking``) of ``view`` from its rows hash.
+                    score: Callable[[bytes], float | None]) -> None:
+        """Build generation ``generation``'s sorted set ``ranking`` of ``view`` from its rows hash, each
+        row scored by ``score`` (None: left out): a ranking by a measure, or the key index (all 0).
 
         Built in pages beside the final key and installed with one atomic rename, so Redis is never
         blocked for long and readers see no half-built ranking. Concurrent first requests of one
@@ -301,7 +329,7 @@ class ServingStore:
             if await self._client.exists(ranking):  # a build that finished since this request asked
                 return
             async for key, row in self._client.hscan_iter(bucket.rows(generation, view, window_start), count=2000):
-                value = json.loads(row)[position] if position is not None else None
+                value = score(row)
                 if value is not None:
                     page[key] = value
                 if len(page) >= 2000:
@@ -312,3 +340,30 @@ class ServingStore:
             await self._install(keys=[building, ranking, bucket.current], args=[generation])
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
+
+    async def list_keys(self, bucket: Keys, view: str, measure: str, windows: Sequence[str], first: int,
+                        bounds: tuple[bytes, bytes, bytes], prefix: bytes, limit: int) -> KeyListing:
+        """One bucket's candidates for a page of ``view``'s keys, in order (window, key), from window
+        ``first`` (an index into the window suffixes ``windows``) on, with the generation and realtime
+        version they are at (``LIST`` in ``serving.store.read_scripts``). ``bounds``: the lexicographic
+        range (ZRANGEBYLEX) in the first window, in the others, and its upper end; ``prefix``: the
+        realtime keys kept; ``measure``: the scalar measure whose realtime sorted set lists the rows.
+        Builds the generation's key index of a window on first use."""
+        lo_first, lo_rest, hi = bounds
+        args = [bucket.prefix, view, measure, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
+        # Each call may meet one window not yet indexed (built, then asked again); a flip between indexing
+        # and listing asks for the new generation's index.
+        for _ in range(len(windows) - first + 3):
+            reply = await self._call(self._list, bucket, args)
+            if len(reply) == 3 and reply[1] == b"unindexed":
+                sfx = reply[2].decode()
+                window_start = int(sfx.removeprefix(WINDOW_SEPARATOR)) if sfx else None
+                generation = int(reply[0])
+                await self._build_once(bucket, bucket.key_index(generation, view, window_start), generation, view,
+                                       window_start, lambda _: 0.0)
+                continue
+            generation, processed, meta, found = reply
+            return KeyListing(self._not_older(_generation(generation, processed, meta)),
+                              [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
+        raise UnavailableError(f"the batch generation of {view!r} kept changing while its key index was built; ask again",
+                               headers={"Retry-After": "1"})

@@ -12,6 +12,9 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
                                               measures, then each distinct measure's values (an array of at
                                               most EXACT_DISTINCT_MAX), or null when kept as a HyperLogLog
     lp:p:g:{G}:{view}:d:{measure}:{field}     HyperLogLog of a distinct measure's values, for larger rows
+    lp:p:g:{G}:{view}:k[@{ws}]                sorted set of the rows' keys, every score 0 (a lexicographic index
+                                              for paging by key, ZRANGEBYLEX): built from the rows hash by the
+                                              first key listing that needs it, like the rankings
     lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set ranking the rows by a scalar measure: built from the
                                               rows hash by the first top-N query that needs it
     lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
@@ -69,6 +72,7 @@ local function segment_meta(p, b) return p .. ':s:' .. b .. ':meta' end
 local function generation_view(p, g, view) return p .. ':g:' .. g .. ':' .. view end
 local function segment_view(p, b, view) return p .. ':s:' .. b .. ':' .. view end
 local function rows_key(vp, sfx) return vp .. ':r' .. sfx end
+local function index_key(vp, sfx) return vp .. ':k' .. sfx end
 local function scores_key(vp, measure, sfx) return vp .. ':z:' .. measure .. sfx end
 local function sketch_key(vp, measure, field) return vp .. ':d:' .. measure .. ':' .. field end
 local function undo_key(vp, measure, sfx) return vp .. ':u:' .. measure .. sfx end
@@ -100,6 +104,29 @@ def encode_key(key: Sequence[str] | str) -> str:
     if len(key) == 1:
         return key[0]
     return KEY_SEPARATOR.join(v.replace("\\", "\\\\").replace(KEY_SEPARATOR, "\\" + KEY_SEPARATOR) for v in key)
+
+
+def decode_key(key: str, columns: int) -> tuple[str, ...]:
+    """The key column values of an encoded key (``encode_key`` undone) for a view of ``columns`` key columns.
+    Raises ValueError when ``key`` does not hold that many values."""
+    if columns == 1:
+        return (key,)
+    values, current, escaped = [], [], False
+    for ch in key:
+        if escaped:
+            current.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == KEY_SEPARATOR:
+            values.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    values.append("".join(current))
+    if escaped or len(values) != columns:
+        raise ValueError(f"{key!r} is not an encoded key of {columns} columns")
+    return tuple(values)
 
 
 def suffix(window_start: int | None) -> str:
@@ -275,6 +302,10 @@ class Keys:
     def segment_previous(self, base: int, view: str, measure: str, field: str) -> str:
         """A row's distinct-measure sketch as it was before the micro-batch in flight first touched it."""
         return f"{self.segment_view_prefix(base, view)}:p:{measure}:{field}"
+
+    def key_index(self, generation: int, view: str, window_start: int | None = None) -> str:
+        """Sorted set of a generation's row keys (of one window), all scored 0: ordered by key, bytewise."""
+        return f"{self.view_prefix(generation, view)}:k{suffix(window_start)}"
 
     def rows(self, generation: int, view: str, window_start: int | None = None) -> str:
         """Hash of a generation's rows (of one window): key -> JSON array of the parts, in ``row_parts`` order."""

@@ -6,13 +6,15 @@ from datetime import datetime, timezone
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import Response
 
-from serving.api import queries
+from serving.api import key_pages, queries
 from serving.api.auth import require
 from serving.api.deps import PipelineDep, StoreDep
 from serving.api.errors import NotFoundError
+from serving.api.key_export import CSV, NDJSON, export, export_format
 from serving.api.lean_route import LeanRoute
-from serving.api.models import KeyAnswer, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
+from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
 from serving.api.times import QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.pipeline import Pipeline
@@ -70,6 +72,68 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
         logic=pipeline.logic, served_logic=served.logic if served else None,
         pending_logic=pipeline.logic if served is not None and served.logic != pipeline.logic else None,
     )
+
+
+_EXPORTS: dict[int | str, dict] = {200: {
+    "description": "A page of rows (JSON); with `Accept: text/csv` or `Accept: application/x-ndjson`, every row "
+                   "matching the filters as a stream.",
+    "content": {
+        CSV: {"schema": {"type": "string"},
+              "example": "word,count\r\nalpha,2\r\nbeta,1\r\n"},
+        NDJSON: {"schema": {"type": "string"}, "example": '{"key":"alpha","columns":null,"window":null,"value":{"count":2}}\n'},
+    },
+}}
+
+
+@router.get(
+    "/{view}/keys", response_model=KeyPage, responses={**_EXPORTS, **error_responses(404, 422, 503)},
+    summary="List keys with their merged values (paged by cursor; or export as CSV / NDJSON)",
+)
+async def list_keys(
+    request: Request,
+    pipeline: PipelineDep,
+    store: StoreDep,
+    view: ViewName,
+    limit: Annotated[int, Query(ge=1, le=key_pages.MAX_LIMIT, description="Rows per page.")] = key_pages.DEFAULT_LIMIT,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page, as is (made for the same "
+                                                    "filters); leave out for the first page.")] = None,
+    prefix: Annotated[str, Query(description="Only keys starting with this (the key as the key route takes it: "
+                                             "several key columns joined with '|', '|' and '\\' escaped with '\\').")] = "",
+    window_start: WindowStart = None,
+    start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
+    end: Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive). {_TIME}")] = None,
+) -> KeyPage | Response:
+    """The view's rows with their merged values (batch + realtime, the key route's values), ordered by
+    window (oldest first), then by key (the encoded key, bytewise as UTF-8, i.e. by code point).
+    Windowed views need `window_start` (one window) or `from`/`to` (its windows), and list one row per
+    (key, window) holding a value, with the window.
+
+    **Filters**: `prefix=`, and one query parameter per key column of the view, its value
+    (`origin=JFK`; a filter on the first key column narrows the read in Redis, on later ones rows are
+    examined here). Any other query parameter is a 422 naming the view's key columns.
+
+    **Paging**: keyset pagination by an opaque cursor: a page lists the rows strictly after the
+    position its cursor names, so every row that exists when paging begins is listed exactly once,
+    even when a new batch generation is published (a flip) or micro-batches commit between pages (a
+    view's rows only grow with its version, which never goes back); rows that appear meanwhile are
+    listed if they sort after the cursor. Every value of one page is exact as of its `version`
+    (read at one generation and realtime version). A page may hold fewer than `limit` rows (a
+    selective filter on a later key column: at most 20000 rows are examined per page) and still
+    have a `next_cursor`; `next_cursor` is null after the last page. A cursor made for other
+    filters, or not made by this route, is a 422.
+
+    **Export**: with `Accept: text/csv` (header row: the key columns, `window_start` for windowed
+    views, the measures) or `Accept: application/x-ndjson` (one row object per line), every row
+    matching the filters is streamed, from `cursor` if given (`limit` does not apply), paged inside
+    with the same guarantee; each page is at one version, the whole is not one snapshot.
+    """
+    chosen = _view(pipeline, view)
+    starts = queries.window_starts(chosen, window_start, start, end)
+    listing = key_pages.Listing(chosen, starts, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()))
+    media = export_format(request.headers.get("accept"))
+    if media is not None:
+        return await export(store, listing, cursor, media)
+    return await key_pages.page_answer(store, listing, cursor, limit)
 
 
 @router.get(

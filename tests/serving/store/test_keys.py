@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from serving.store.keys import LUA_NAMES, LUA_RUN_NAMES, Keys, encode_field, suffix
+from serving.store.keys import LUA_NAMES, LUA_RUN_NAMES, Keys, decode_key, encode_field, encode_key, suffix
 
 PIPELINES = ["wordcount", "payments", "acme_clicks-2"]
 VIEWS = ["word_counts", "spend_by_user_per_minute"]
@@ -52,6 +52,7 @@ def _name_twins(keys: Keys) -> Iterator[Twin]:
             for ws in WINDOWS:
                 sfx = suffix(ws)
                 yield Twin("LUA_NAMES", "rows_key", (gp, sfx), keys.rows(g, view, ws))
+                yield Twin("LUA_NAMES", "index_key", (gp, sfx), keys.key_index(g, view, ws))
                 for measure in MEASURES:
                     yield Twin("LUA_NAMES", "scores_key", (gp, measure, sfx), keys.scores(g, view, measure, ws))
                     yield Twin("LUA_NAMES", "scores_key", (sp, measure, sfx), keys.segment_scores(g, view, measure, ws))
@@ -107,3 +108,14 @@ def test_lua_twins_build_the_names_keys_builds(redis_url: str, pipeline: str, ta
     wrong = [(twin.function, twin.args, answer, twin.expected)
              for twin, answer in zip(twins, answers) if answer != twin.expected]
     assert not wrong, f"{len(wrong)} of {len(twins)} Lua names differ from Keys', e.g. {wrong[:3]}"
+
+
+@pytest.mark.parametrize("values", [("a|b", "c"), ("a", "b|c"), ("x\\", "|"), ("", ""), ("JFK", "LAX", "\\|\\")])
+def test_decode_key_undoes_encode_key(values: tuple[str, ...]) -> None:
+    assert decode_key(encode_key(values), len(values)) == values
+
+
+def test_decode_key_refuses_a_key_of_other_columns() -> None:
+    with pytest.raises(ValueError):
+        decode_key("a|b|c", 2)
+    assert decode_key("a|b", 1) == ("a|b",)
