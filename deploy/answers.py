@@ -66,7 +66,7 @@ def keys_table(view: str, entries: Sequence[dict[str, Any]]) -> Table:
     measures: list[str] = []
     for entry in entries:
         measures.extend(m for m in entry["value"] if m not in measures)
-    windowed = any("window" in entry for entry in entries)
+    windowed = any(entry.get("window") for entry in entries)
     table = Table(title=f"keys of {view}")
     table.add_column("key")
     if windowed:

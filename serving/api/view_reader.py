@@ -363,6 +363,8 @@ class ServingStore:
                                        window_start, lambda _: 0.0)
                 continue
             generation, processed, meta, found = reply
+            if meta[4] is None:
+                raise _not_in_generation(view, _generation(generation, processed, meta))
             return KeyListing(self._not_older(_generation(generation, processed, meta)),
                               [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
         raise UnavailableError(f"the batch generation of {view!r} kept changing while its key index was built; ask again",
