@@ -95,3 +95,26 @@ def test_errors_name_what_the_api_said(served: Any, capsys: pytest.CaptureFixtur
     assert code == 1 and "422" in err and "n" in err
     code, _, err = _cli(capsys, *prefix, "query", "word_counts", "x", "--port", "1")
     assert code == 1 and "not reachable" in err and "127.0.0.1:1" in err
+
+
+def test_keys_pages_through_every_key_once(served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    prefix, port, views, _ = served
+    counts = {key: m["count"] for (key, _), m in views["word_counts"].items()}
+    code, out, err = _cli(capsys, *prefix, "keys", "word_counts", "--limit", "7", "--all", "--json", "--port", str(port))
+    assert code == 0, err
+    pages, decoder, at = [], json.JSONDecoder(), 0
+    while at < len(out.strip()):
+        page, at = decoder.raw_decode(out, at)
+        pages.append(page)
+        while at < len(out) and out[at].isspace():
+            at += 1
+    assert len(pages) == -(-len(counts) // 7)
+    listed = [(entry["key"], entry["value"]["count"]) for page in pages for entry in page["keys"]]
+    assert listed == sorted(counts.items(), key=lambda kv: kv[0].encode())
+
+    first = sorted(counts, key=str.encode)[0]
+    code, out, err = _cli(capsys, *prefix, "keys", "word_counts", "--prefix", first, "--port", str(port))
+    assert code == 0, err
+    assert first in out and f"{counts[first]:,}" in out
+    code, _, err = _cli(capsys, *prefix, "keys", "word_counts", "--where", "nonsense", "--port", str(port))
+    assert code == 2 and "COLUMN=VALUE" in err
