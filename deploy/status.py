@@ -25,6 +25,7 @@ from deploy.settings import Settings
 from serving.store.connection import is_cluster, redis_client
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
+from serving.store.replies import text
 from serving.store.runs import RunRegistry
 from shared_logic.registry import load_pipeline
 
@@ -91,7 +92,7 @@ def platform_status(settings: Settings, api_key: str | None = None) -> PlatformS
         _unreachable(url, e, parts)
     else:
         try:
-            _redis_parts(client, url, pipeline.name, latest, parts)
+            _redis_parts(client, url, pipeline.name, latest, parts, pipeline.logic)
         finally:
             client.close()
     parts["api"] = _api(settings, pipeline.name, api_key)
@@ -120,7 +121,8 @@ def _unreachable(url: str, e: Exception, parts: dict[str, Part]) -> None:
         parts[name] = Part(name, False, f"unknown: Redis is unreachable at {where}")
 
 
-def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | None, parts: dict[str, Part]) -> None:
+def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | None, parts: dict[str, Part],
+                 logic: str = "") -> None:
     where = url.split("@")[-1]
     try:
         client.ping()
@@ -131,7 +133,7 @@ def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | Non
     keys = Keys(pipeline)
     registry = RunRegistry(client, pipeline)
     served: int | None = None
-    probes = (("batch layer", lambda: _served(client, keys)), ("speed layer", lambda: _speed(client, keys, latest, served)),
+    probes = (("batch layer", lambda: _served(client, keys, logic)), ("speed layer", lambda: _speed(client, keys, latest, served)),
               ("scheduler", lambda: _scheduler(registry)), ("last batch run", lambda: _last_run(registry)))
     for name, probe in probes:
         try:
@@ -142,14 +144,19 @@ def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | Non
             served = parts[name].facts.get("generation")
 
 
-def _served(client: redis.Redis, keys: Keys) -> Part:
+def _served(client: redis.Redis, keys: Keys, logic: str) -> Part:
     value = client.get(keys.current)
     if value is None:
         return Part("batch layer", False, "nothing published yet: no batch generation is served")
     served = int(value)
     computed = float(client.hget(keys.meta(served), "computed_at") or 0)
     age = f", computed {time.time() - computed:.0f}s ago" if computed else ""
-    return Part("batch layer", True, f"serving generation {served}{age}", {"generation": served})
+    served_logic = text(client.hget(keys.meta(served), "logic") or b"")
+    detail = f"serving generation {served}{age}, logic {served_logic or 'unrecorded'}"
+    if logic and served_logic != logic:
+        detail += f"; this pipeline code is logic {logic}: a recompute under it is pending"
+    return Part("batch layer", True, detail,
+                {"generation": served, "logic": served_logic or None, "pending_logic": logic if served_logic != logic else None})
 
 
 def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | None) -> Part:
@@ -163,8 +170,9 @@ def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | No
     ui = speed.ui_url if up else None
     facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1),
              "spark_ui": ui or None}
+    waiting = f", {speed.state}" if speed.state and speed.state != "running" else ""
     return Part("speed layer", up, f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago"
-                + (f", Spark UI {ui}" if ui else ""), facts)
+                + (f", Spark UI {ui}" if ui else "") + waiting, facts)
 
 
 def _scheduler(registry: RunRegistry) -> Part:
