@@ -22,10 +22,12 @@ import redis
 from serving.store.keys import Keys
 from serving.store.replies import text
 
-# KEYS: the segment's claim, the generation's meta (global keys: one slot); ARGV: logic, query ('' = the batch)
-# -> 'ok', or what holds it: 'generation:<logic>' / 'segment:<claim>'
+# KEYS: the segment's claim, the generation's meta, the index of segments (global keys: one slot);
+# ARGV: logic, query ('' = the batch), base -> 'ok', or what holds it: 'generation:<logic>' / 'segment:<claim>'.
+# A claimed segment is in the index, so it is dropped with the others below the served generation.
 _CLAIM = """
 local logic, query = ARGV[1], ARGV[2]
+redis.call('SADD', KEYS[3], ARGV[3])
 if redis.call('HEXISTS', KEYS[2], 'version') == 1 then
   local held = redis.call('HGET', KEYS[2], 'logic') or ''
   if held ~= logic then return 'generation:' .. held end
@@ -47,7 +49,7 @@ def claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query:
     holds it (``generation:<logic>`` when generation ``base`` is served under another logic,
     ``segment:<logic>[/<query>]`` when another logic or query wrote the segment)."""
     glob = keys.global_keys
-    reply = text(client.eval(_CLAIM, 2, glob.segment_logic(base), glob.meta(base), logic, query))
+    reply = text(client.eval(_CLAIM, 3, glob.segment_logic(base), glob.meta(base), glob.segments, logic, query, base))
     return None if reply == "ok" else reply
 
 
