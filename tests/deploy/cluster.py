@@ -92,7 +92,7 @@ class StandaloneCluster:
             try:
                 if check():
                     return
-            except OSError:
+            except (OSError, ValueError):  # not up yet, or its UI answered a page before its JSON was ready
                 pass
             dead = [name for name, p in self.processes.items() if p.poll() is not None]
             if dead or time.monotonic() > deadline:
