@@ -71,9 +71,12 @@ class BatchScheduler:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
         self.lease_seconds = lease_seconds
         self.owner = owner_id()
+        self.master = MasterDataset.open(settings, pipeline)
+        # An event model the master dataset cannot follow is refused at start (SchemaChangeError), not
+        # by the first run's barrier; an added field's column is added by that barrier's ensure.
+        self.master.check_schema()
         self.registry = RunRegistry.from_url(redis_url, pipeline.name)
         self.lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
-        self.master = MasterDataset.open(settings, pipeline)
         self.keys = Keys(pipeline.name)
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
