@@ -73,6 +73,11 @@ def command_hint() -> str:
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
     """Run every part until SIGINT/SIGTERM; returns the exit status."""
     pipeline = load_pipeline(settings.pipeline)
+    # Before any child starts: refuse an event model the master dataset cannot follow (SchemaChangeError,
+    # nothing written), or add a new optional field's column once, here, rather than in each child.
+    master = MasterDataset.open(settings, pipeline)
+    if master.check_schema():
+        master.ensure()
     logs = private_dir(settings.data_dir.resolve() / "logs")
     settings, key = with_api_keys(settings)
     supervisor = Supervisor([])
@@ -87,7 +92,6 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")
 
-    master = MasterDataset.open(settings, pipeline)
     if not master.holds_data():
         _fresh_master(master, console)
     if served_generation(redis_client(redis_url), Keys(pipeline.name)) is None and master.holds_data():

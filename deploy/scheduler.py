@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from batch_layer.errors import EmptyMasterError, RunInProgressError
+from batch_layer.errors import EmptyMasterError, RunInProgressError, SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
 from batch_layer.recompute.stages import StageRecord
@@ -71,9 +71,17 @@ class BatchScheduler:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
         self.lease_seconds = lease_seconds
         self.owner = owner_id()
+        self.master = MasterDataset.open(settings, pipeline)
+        # An event model the master dataset cannot follow is refused at start (SchemaChangeError), not
+        # by the first run's barrier; an added field's column is added by that barrier's ensure.
+        try:
+            self.master.check_schema()
+        except SchemaChangeError:
+            raise
+        except Exception as e:  # an unreadable master is a run's failure, recorded by the run that meets it
+            log.warning("cannot read the master dataset's schema at start (%s); runs will report it", e)
         self.registry = RunRegistry.from_url(redis_url, pipeline.name)
         self.lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
-        self.master = MasterDataset.open(settings, pipeline)
         self.keys = Keys(pipeline.name)
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,

@@ -165,6 +165,9 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
         columns = []
         for field in schema:
             source = "_commit_version" if field.name == VERSION_COLUMN else field.name
+            if batch.schema.get_field_index(source) < 0:  # a column added after these rows: null (delta-rs fills it too)
+                columns.append(pa.nulls(batch.num_rows, field.type))
+                continue
             columns.append(batch.column(source).cast(field.type))
         rows = pa.RecordBatch.from_arrays(columns, schema=schema).filter(inserted)
         if rows.num_rows:

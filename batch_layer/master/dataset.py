@@ -23,6 +23,7 @@ from batch_layer.errors import EmptyMasterError, IngestError
 from batch_layer.master.engines import get_engine
 from batch_layer.master.file_formats import SourceFile, source_files, validated_chunks
 from batch_layer.master.object_store import Location
+from batch_layer.master.schema_evolution import SchemaEvolution, plan_evolution
 from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
@@ -67,6 +68,8 @@ class MasterDataset:
     def __init__(self, path: Location, pipeline: Pipeline, engine: StorageEngine) -> None:
         self.path, self.pipeline, self.engine = path, pipeline, engine
         self.schema = pipeline.schema.arrow_schema()
+        #: The table's schema was checked (and evolved) by this instance: later ensures skip it.
+        self._schema_fits = False
 
     @classmethod
     def open(cls, config: MasterConfig, pipeline: Pipeline) -> MasterDataset:
@@ -74,8 +77,30 @@ class MasterDataset:
         return cls(config.master_uri, pipeline, get_engine(config.storage_engine))
 
     def ensure(self) -> None:
-        """Create the table (change data feed on) if it does not exist yet."""
+        """Create the table (change data feed on) if it does not exist yet; if it does, make it hold the
+        event model's fields (``schema_evolution``): add new optional fields' columns in one commit, or
+        raise SchemaChangeError (nothing written) for a removed or retyped field or a new required one.
+
+        Every write calls it first; the schema is checked by the first call of this instance only.
+        """
+        if not self._schema_fits:
+            evolution = self.check_schema()
+            if evolution:
+                version = self.engine.add_columns(self.path, evolution.added,
+                                                  metadata={"lambda.schema": "add " + ", ".join(evolution.names)})
+                log.info("master dataset at %s: added the event model's new fields %s as columns at version %d "
+                         "(older rows read them as null)", self.path, ", ".join(evolution.names), version)
         self.engine.ensure_table(self.path, self.schema, name=f"master_{self.pipeline.name}", change_feed=True)
+        self._schema_fits = True
+
+    def check_schema(self) -> SchemaEvolution:
+        """What :meth:`ensure` would change to fit the event model (columns to add; nothing for a table
+        that does not exist yet), writing nothing; SchemaChangeError when the model cannot fit the table
+        (see ``schema_evolution``). Commands call it (or ``ensure``) at start, so they refuse at once."""
+        state = self.engine.table_state(self.path)
+        if state is None:
+            return SchemaEvolution()
+        return plan_evolution(state.schema, self.pipeline.schema, holds_rows=state.files > 0, where=str(self.path))
 
     def latest_version(self) -> int:
         version = self.engine.latest_version(self.path)

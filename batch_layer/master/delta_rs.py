@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.schema import Field as DeltaField
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql.pandas.types import from_arrow_schema
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -33,7 +34,7 @@ from batch_layer.master.object_store import (
     storage_options,
     table_uri,
 )
-from batch_layer.master.storage import CommitConflictError, CommittedTransaction, CompactionResult
+from batch_layer.master.storage import CommitConflictError, CommittedTransaction, CompactionResult, TableState
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,6 +69,30 @@ class DeltaRsEngine:
             return open_table(path).version()
         except TableNotFoundError:
             return None
+
+    def table_state(self, path: Location) -> TableState | None:
+        try:
+            table = open_table(path)
+        except TableNotFoundError:
+            return None
+        schema = pa.schema(table.schema().to_arrow())  # the arro3 schema, through the Arrow C interface
+        return TableState(table.version(), schema, len(table.file_uris()))
+
+    @_retry_io
+    def add_columns(self, path: Location, fields: Sequence[pa.Field], *, metadata: Mapping[str, str]) -> int:
+        """One ``metaData`` commit (delta-rs ``alter.add_columns``, Delta's ADD COLUMNS): no data rewritten."""
+        table = self._open(path)
+        names = {f.name for f in fields}
+        added = [DeltaField.from_arrow(f.with_nullable(True)) for f in fields]
+        try:
+            table.alter.add_columns(added, commit_properties=CommitProperties(custom_metadata=dict(metadata)))
+        except DeltaError as e:
+            # Another process evolving the same table at once: fine if the columns are there now.
+            now = self.table_state(path)
+            if now is None or not names <= set(now.schema.names):
+                raise StorageError(f"cannot add the columns {sorted(names)} to the Delta table at {path}: {e}") from e
+            return now.version
+        return table.version()
 
     @_retry_io
     def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,

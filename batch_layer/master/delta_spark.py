@@ -9,7 +9,8 @@ the change data feed, ``_commit_version`` on each row).
 
 Operations that need no Spark job stay on delta-rs, and so does every write of a process that
 runs no Spark (this engine never starts a JVM by itself): reading the latest version and the
-recorded application transactions (a read of the Delta log), and the low-latency HTTP ingest
+recorded application transactions (a read of the Delta log), adding columns when the event model
+gains a field (one metadata commit, ``schema_evolution``), and the low-latency HTTP ingest
 (``appender``: group commits of several requests, each with its own application transaction,
 which a Spark write cannot record). Both engines write the same Delta tables.
 
@@ -46,10 +47,10 @@ from batch_layer.master.delta_log import open_table
 from batch_layer.master.delta_rs import DeltaRsEngine
 from batch_layer.master.object_store import Location, is_object_store, spark_uri
 from batch_layer.master.spark_ingest import committed_version
-from batch_layer.master.storage import CommitConflictError, CompactionResult, GenerationCommit
+from batch_layer.master.storage import CommitConflictError, CompactionResult, GenerationCommit, TableState
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from batch_layer.master.delta_rs import DeltaRsAppender
     from batch_layer.master.spark_ingest import SparkIngest
@@ -144,6 +145,16 @@ class DeltaSparkEngine:
     def latest_version(self, path: Location) -> int | None:
         return self._rs.latest_version(path)
 
+    def table_state(self, path: Location) -> TableState | None:
+        return self._rs.table_state(path)
+
+    def add_columns(self, path: Location, fields: Sequence[pa.Field], *, metadata: Mapping[str, str]) -> int:
+        """Through delta-rs, in every process: a metadata-only commit needs no Spark job, processes without
+        Spark (the API) evolve the table too, and on object storage the commit must be a conditional put
+        (see the module docstring). The ``metaData`` action is Delta's ADD COLUMNS, which JVM Delta reads
+        as its own ``ALTER TABLE ... ADD COLUMNS``."""
+        return self._rs.add_columns(path, fields, metadata=metadata)
+
     def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
@@ -180,7 +191,7 @@ class DeltaSparkEngine:
 
     def snapshot(self, spark: SparkSession, path: Location, version: int, schema: pa.Schema) -> DataFrame:
         rows = spark.read.format("delta").option("versionAsOf", version).load(_uri(path))
-        return rows.select(*schema.names)
+        return rows.select(*_columns(rows, schema))
 
     def commit_files(self, path: Location, files: Sequence[Location], schema: pa.Schema, *, app_id: str,
                      app_version: int, metadata: Mapping[str, str]) -> int | None:
@@ -272,7 +283,17 @@ class DeltaSparkEngine:
             reader = reader.option("maxBytesPerTrigger", f"{max(1, max_rows * _bytes_per_row(path))}b")
         changes = reader.load(_uri(path))
         inserted = (F.col("_change_type") == "insert") & (F.col("_commit_version") > after)
-        return changes.where(inserted).select(*schema.names, F.col("_commit_version").alias(version_column))
+        return changes.where(inserted).select(*_columns(changes, schema), F.col("_commit_version").alias(version_column))
+
+
+def _columns(rows: DataFrame, schema: pa.Schema) -> list[Column]:
+    """``schema``'s columns of ``rows``; one a version before the column was added lacks reads as null
+    (as Delta reads it from files written before)."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    have = set(rows.columns)
+    return [F.col(f.name) if f.name in have else F.lit(None).cast(from_arrow_type(f.type)).alias(f.name)
+            for f in schema]
 
 
 def _uri(path: Location) -> str:

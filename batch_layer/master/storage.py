@@ -47,6 +47,16 @@ class CommittedTransaction:
 
 
 @dataclass(frozen=True)
+class TableState:
+    """An existing table as its newest version describes it: that version, its columns (in the table's
+    order), and how many data files it holds (0: no rows)."""
+
+    version: int
+    schema: pa.Schema
+    files: int
+
+
+@dataclass(frozen=True)
 class CompactionResult:
     """What a compaction did: the version of its commit (None: nothing to compact), files removed and added."""
 
@@ -93,6 +103,16 @@ class StorageEngine(Protocol):
 
     def latest_version(self, path: Location) -> int | None:
         """The newest committed version, or None when there is no table at ``path``."""
+
+    def table_state(self, path: Location) -> TableState | None:
+        """The table's newest version, columns and file count (read from its log), or None when there is none."""
+
+    def add_columns(self, path: Location, fields: Sequence[pa.Field], *, metadata: Mapping[str, str]) -> int:
+        """Add nullable columns ``fields`` (at the end) in one commit that writes no rows; returns its version.
+
+        Files written before read the new columns as null. Losing a race to another writer adding the
+        same columns is fine (the version returned is then the table's newest).
+        """
 
     def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,

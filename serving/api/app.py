@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from batch_layer.errors import SchemaChangeError
+from batch_layer.master.dataset import MasterDataset
 from serving.api.auth import require
 from serving.api.docs import install_docs
 from serving.api.errors import ServingError
@@ -176,6 +179,14 @@ def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Refuse at start an event model the master dataset cannot follow (SchemaChangeError names the
+        # fields); a new optional field's column is added by the first ingest (MasterDataset.ensure).
+        try:
+            await asyncio.to_thread(MasterDataset.open(settings, pipeline).check_schema)
+        except SchemaChangeError:
+            raise
+        except Exception as e:  # an unreadable master is answered per request (ingest, freshness), as before
+            log.warning("cannot read the master dataset's schema at start (%s)", e)
         app.state.store = ServingStore(redis_url, pipeline.name)
         app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
         try:
