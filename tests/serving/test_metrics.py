@@ -26,6 +26,7 @@ from serving.api.app import create_app
 from serving.api.metrics import EVENTS_INGESTED, route_template
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
+from shared_logic.registry import load_pipeline
 from tests.conftest import ApiServer
 from tests.support import free_port
 
@@ -56,9 +57,12 @@ def by_name(found: dict, name: str) -> dict[frozenset, float]:
 
 
 def master_with_versions(settings: Settings, versions: int) -> None:
-    """A Delta table at the master path with versions 0 .. versions - 1."""
+    """A Delta table at the master path with versions 0 .. versions - 1, in the pipeline's master layout
+    (the API refuses at start a master dataset its event model does not fit)."""
+    schema = load_pipeline(settings.pipeline).schema.arrow_schema()
     for i in range(versions):
-        write_deltalake(str(settings.master_path), pa.table({"i": [i]}), mode="append")
+        row = {"text": f"w{i}", "event_time": None, "_kind": "event"}
+        write_deltalake(str(settings.master_path), pa.Table.from_pylist([row], schema=schema), mode="append")
 
 
 # --------------------------------------------------------------------------- requests
