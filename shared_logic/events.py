@@ -12,6 +12,7 @@ it) and an int in the 64-bit signed range. Datetimes are stored in UTC; a naive 
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -122,16 +123,9 @@ class EventSchema:
         Every line is checked, and every problem is reported with its line number and field;
         on any problem nothing is returned.
         """
-        models: list[BaseModel] = []
-        problems: list[EventProblem] = []
-        for number, text in lines:
-            try:
-                models.append(self._one.validate_json(text, strict=True))
-            except ValidationError as e:
-                problems.extend(_problem(err, _at_line(number)) for err in e.errors())
-        if problems:
-            raise EventValidationError(problems, source)
-        return self._to_table(models, now)
+        checks = ((f"line {number}", functools.partial(self._one.validate_json, text, strict=True))
+                  for number, text in lines)
+        return self._to_table(_each_valid(checks, source), now)
 
     def validate_records(
         self, records: Iterable[tuple[str, Mapping[str, Any]]], *, source: str, strict: bool, now: Clock = _utcnow
@@ -143,16 +137,9 @@ class EventSchema:
 
         Every record is checked and every problem reported; on any problem nothing is returned.
         """
-        models: list[BaseModel] = []
-        problems: list[EventProblem] = []
-        for location, values in records:
-            try:
-                models.append(self._one.validate_python(values, strict=strict))
-            except ValidationError as e:
-                problems.extend(_problem(err, _at(location)) for err in e.errors())
-        if problems:
-            raise EventValidationError(problems, source)
-        return self._to_table(models, now)
+        checks = ((location, functools.partial(self._one.validate_python, values, strict=strict))
+                  for location, values in records)
+        return self._to_table(_each_valid(checks, source), now)
 
     def _to_table(self, models: Sequence[BaseModel], now: Clock) -> pa.Table:
         """Arrow table of validated events (datetimes already in UTC, see ``_fitting_columns``). A
@@ -212,14 +199,24 @@ def as_utc(t: datetime) -> datetime | None:
         return None
 
 
-def _at_line(number: int) -> Callable[[int], str]:
-    """Locator naming line ``number`` whatever index pydantic reports (one document per line)."""
-    return lambda _: f"line {number}"
-
-
-def _at(location: str) -> Callable[[int], str]:
+def _naming(location: str) -> Callable[[int], str]:
     """Locator naming ``location`` whatever index pydantic reports (one record at a time)."""
     return lambda _: location
+
+
+def _each_valid(checks: Iterable[tuple[str, Callable[[], BaseModel]]], source: str) -> list[BaseModel]:
+    """Every check's model, in order; EventValidationError listing every problem of every check (each named by
+    its location: "line 7", "row 12", whatever index pydantic reports, one record at a time) if any fails."""
+    models: list[BaseModel] = []
+    problems: list[EventProblem] = []
+    for location, check in checks:
+        try:
+            models.append(check())
+        except ValidationError as e:
+            problems.extend(_problem(err, _naming(location)) for err in e.errors())
+    if problems:
+        raise EventValidationError(problems, source)
+    return models
 
 
 def _problem(err: Any, locate: Callable[[int], str]) -> EventProblem:
