@@ -43,6 +43,7 @@ from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
 from serving.store.keys import Keys
 from serving.store.logic import generation_logic
+from serving.store.replies import text
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
 
 if TYPE_CHECKING:
@@ -145,10 +146,10 @@ class BatchScheduler:
             return "skipped", {"skip_reason": str(e)}
         served = served_generation(self.registry.client, self.keys)
         self.registry.update(run.id, master_version=latest, served_before=served)
-        logic = None if served is None else generation_logic(self.registry.client, self.keys, served)
-        if logic is not None and logic != self.pipeline.logic:
-            log.info("batch run %s: generation %s holds logic %s; this pipeline code is logic %s: recomputing", run.id,
-                     served, logic or "unrecorded", self.pipeline.logic)
+        if served is not None and self.logic_pending(served):
+            log.info("batch run %s: generation %s holds logic %s, or the speed layer waits for a generation of this "
+                     "code's logic %s: recomputing", run.id, served,
+                     generation_logic(self.registry.client, self.keys, served) or "unrecorded", self.pipeline.logic)
         elif served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
             after = ("its latest version is that generation's barrier" if latest == served
                      else f"only a compaction, version {latest}, came after that generation's barrier")
@@ -166,6 +167,15 @@ class BatchScheduler:
             "generation": result.generation, "flipped": result.flipped,
             "events": result.events, "rows": dict(result.view_rows), "recompute_id": result.run_id,
         }
+
+    def logic_pending(self, served: int) -> bool:
+        """Generation ``served`` is of other logic than this code's, or the speed layer (running this code's logic)
+        cannot write its segment and waits for a generation of it: either way a recompute is due now."""
+        client = self.registry.client
+        if generation_logic(client, self.keys, served) != self.pipeline.logic:
+            return True
+        waiting = client.hget(self.keys.speed, "waiting_logic")
+        return waiting is not None and text(waiting) == self.pipeline.logic
 
     def _record_stages(self, run_id: str, stages: Sequence[StageRecord]) -> None:
         """Put the run's stages so far in its record (GET /v1/batch/runs/{id}); Redis being away only delays it."""
@@ -240,13 +250,9 @@ def _unserved_with_data(scheduler: BatchScheduler) -> bool:
         return False
     scheduler.unserved_check_at = time.time() + UNSERVED_CHECK_SECONDS
     served = served_generation(scheduler.registry.client, scheduler.keys)
-    if served is not None and _served_logic(scheduler, served) == scheduler.pipeline.logic:
+    if served is not None and not scheduler.logic_pending(served):
         return False
     return scheduler.master.holds_data()
-
-
-def _served_logic(scheduler: BatchScheduler, served: int) -> str | None:
-    return generation_logic(scheduler.registry.client, scheduler.keys, served)
 
 
 def _step(scheduler: BatchScheduler, schedule: Schedule | None) -> bool:

@@ -23,7 +23,6 @@ DataFrame or micro-batch (speed layer). Point the platform at the module with
 
 from __future__ import annotations
 
-import functools
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -69,18 +68,18 @@ class Pipeline(ABC):
             raise PipelineDefinitionError(f"pipeline {self.name!r} declares a view name twice: {names}")
         self.schema = EventSchema(self.event_model, self.event_time_field)
         self._views = {v.name: v for v in self.views}
+        #: The fingerprint of this pipeline's logic (``shared_logic.logic``): what every answer is computed under.
+        #: Taken now, as the module is imported (pipelines are made at import): the source read is the one
+        #: that runs, even if the file is edited while this process lives.
+        self.logic = logic_fingerprint(
+            module=cls.__module__, schema=str(self.schema.arrow_schema()), event_time_field=self.event_time_field,
+            views=self.views, logic_version=self.logic_version,
+        )
 
     @abstractmethod
     def transform(self, events: DataFrame) -> DataFrame:
         """Rows ready for the views, from event rows. Pure: same result on static and streaming input."""
 
-    @functools.cached_property
-    def logic(self) -> str:
-        """The fingerprint of this pipeline's logic (``shared_logic.logic``): what every answer is computed under."""
-        return logic_fingerprint(
-            module=type(self).__module__, schema=str(self.schema.arrow_schema()), event_time_field=self.event_time_field,
-            views=self.views, logic_version=self.logic_version,
-        )
 
     def view(self, name: str) -> View:
         """The view called ``name``; UnknownNameError lists the pipeline's views otherwise."""

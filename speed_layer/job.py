@@ -36,7 +36,7 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, ensure_epoch, read_epoch, served_generation
-from serving.store.logic import claim_segment
+from serving.store.logic import claim_segment, generation_logic
 from serving.store.replies import text
 from serving.store.segment_commits import commit_processed
 from shared_logic.events import KIND_COLUMN
@@ -141,7 +141,12 @@ class SpeedLayer:
             if identity.exists():
                 log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
                 shutil.rmtree(self.checkpoint)
-            self._drop_segments(served)
+            if generation_logic(self.client, self.keys, served) == self.pipeline.logic:
+                self._drop_segments(served)  # rebuilt from the served generation on
+            else:  # not ours to rebuild: they stay, as after a change of logic (a checkpoint lost in between)
+                log.warning("generation %d was computed under other logic than this code's %s: its segments are kept "
+                            "and answers stay as they are until a batch run under this logic is served", served,
+                            self.pipeline.logic)
         for bucket in self.keys.every_prefix():
             for prefix in bucket.query_position_prefixes:
                 delete_prefix(self.client, prefix)
@@ -239,6 +244,12 @@ class SpeedLayer:
             elif self.waiting is None:
                 self.waiting = (f"waiting for a batch generation of logic {self.pipeline.logic}: segment {base} holds "
                                 f"{held.replace(':', ' ', 1)}, so its answers stay as they are")
+        # The served segment (the lowest base) not ours: say which logic waits, so a scheduler of that logic
+        # recomputes now (deploy.scheduler), also when the served generation is of its logic (a rollback).
+        if bases and bases[0] not in mine:
+            self.client.hset(self.keys.speed, "waiting_logic", self.pipeline.logic)
+        else:
+            self.client.hdel(self.keys.speed, "waiting_logic")
         if self.waiting and not mine:
             log.info("speed layer %s", self.waiting)
         return mine

@@ -115,6 +115,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     meta.update({f"rows:{name}": n for name, n in view_rows.items()})
     meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
     meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
+    meta.update({f"view:{view.name}": repr(view) for view in pipeline.views})
     with stages.stage("flip") as flip:
         held = claim_segment(client, keys, generation, pipeline.logic)
         if held is not None:  # the speed layer runs other code: serving both would mix two logics

@@ -27,7 +27,7 @@ import asyncio
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -126,6 +126,13 @@ def _generation(generation: bytes | str, processed: bytes | str, meta: Sequence[
     )
 
 
+def _definition_changed(view: str, served: Generation) -> UnavailableError:
+    return UnavailableError(
+        f"view {view!r} is defined differently in the served batch generation {served.generation} (computed under "
+        f"logic {served.logic or 'unrecorded'}) than in the pipeline code this API runs: it is served once a batch "
+        "run under this code is (the scheduler starts one when it sees the change)", headers={"Retry-After": "30"})
+
+
 def _not_in_generation(view: str, served: Generation) -> UnavailableError:
     """A view the served generation does not hold: one added to the pipeline since it was computed."""
     return UnavailableError(
@@ -137,8 +144,11 @@ def _not_in_generation(view: str, served: Generation) -> UnavailableError:
 class ServingStore:
     """Async, atomic reads of one pipeline's views from Redis."""
 
-    def __init__(self, url: str, pipeline: str) -> None:
+    def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None) -> None:
         self.keys = store_keys(pipeline, url)
+        #: Each view's definition (``repr``) in the code this API runs: a generation that recorded another one for
+        #: a view is not read through this code (its windows or keys would be taken for others'). None: no check.
+        self.definitions = definitions
         self._url = url
         self._client = async_redis_client(url)
         self._read = self._client.register_script(READ)
@@ -184,6 +194,14 @@ class ServingStore:
             )
         self._answered = served.version
         return served
+
+    def _check_view(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> None:
+        """503 unless the generation a read met holds ``view`` as this API's code defines it (meta: HEADER's)."""
+        if meta[4] is None:
+            raise _not_in_generation(view, _generation(generation, processed, meta))
+        recorded = meta[5]
+        if recorded is not None and self.definitions is not None and text(recorded) != self.definitions.get(view):
+            raise _definition_changed(view, _generation(generation, processed, meta))
 
     async def ping(self) -> None:
         try:
@@ -238,8 +256,7 @@ class ServingStore:
             args += [key, suffix(window_start)]
         reply = await self._call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
-        if meta[4] is None:
-            raise _not_in_generation(view, _generation(generation, processed, meta))
+        self._check_view(view, generation, processed, meta)
         positions = _positions(layout)
         where = [positions.get(m) for m in measures]
 
@@ -278,8 +295,7 @@ class ServingStore:
             batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
             rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
         generation, processed, meta = replies[0][:3]
-        if meta[4] is None:
-            raise _not_in_generation(view, _generation(generation, processed, meta))
+        self._check_view(view, generation, processed, meta)
         return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
 
     async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int) -> list:
@@ -363,8 +379,7 @@ class ServingStore:
                                        window_start, lambda _: 0.0)
                 continue
             generation, processed, meta, found = reply
-            if meta[4] is None:
-                raise _not_in_generation(view, _generation(generation, processed, meta))
+            self._check_view(view, generation, processed, meta)
             return KeyListing(self._not_older(_generation(generation, processed, meta)),
                               [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
         raise UnavailableError(f"the batch generation of {view!r} kept changing while its key index was built; ask again",

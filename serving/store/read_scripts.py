@@ -22,7 +22,7 @@ local sp = segment_view(p, generation, view)
 local processed = redis.call('HGET', segment_meta(p, generation), 'processed') or ''
 local committed = tonumber(processed) or -1
 local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events', 'logic',
-                        'measures:' .. view)
+                        'measures:' .. view, 'view:' .. view)
 local function uncommitted(vp, measure, sfx)
   return tonumber(redis.call('GET', undo_tag_key(vp, measure, sfx)) or '-1') > committed
 end

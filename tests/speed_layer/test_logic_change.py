@@ -77,6 +77,11 @@ def oracle(texts: list[str], logic: str) -> dict[str, Counter[str]]:
     return {"word_counts": Counter(found), "word_lengths": Counter(str(len(w)) for w in found)}
 
 
+def definitions(pipeline: Pipeline) -> dict[str, str]:
+    """What the API checks a generation's views against (as ``create_app`` gives its store)."""
+    return {view.name: repr(view) for view in pipeline.views}
+
+
 class History:
     """The texts of every master version, to compute the oracle at any version."""
 
@@ -110,6 +115,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
     run_batch(spark, settings, V1, redis_url=settings.redis_url)
 
     app = create_app(settings, redis_url=settings.redis_url)
+    app.state.pipeline = V1  # the API runs v1's code (create_app loaded the settings' built-in)
     seen: list[tuple[str, str, int, str | None, int]] = []  # (view, key, version, logic, value)
     problems: list[str] = []
     stop = threading.Event()
@@ -128,6 +134,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                     seen.append((view, key, body["version"], body.get("logic"), body["value"]["count"]))
 
     with ApiServer(app) as server:
+        app.state.store.definitions = definitions(V1)
         thread = threading.Thread(target=reader, args=(server.base_url,), daemon=True)
         thread.start()
         try:
@@ -137,7 +144,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                 assert speed.is_alive()
             v1_processed = processed_version(settings)
 
-            app.state.pipeline = V2  # the API restarted with the new code
+            app.state.pipeline, app.state.store.definitions = V2, definitions(V2)  # the API restarted with v2's code
             with running_speed_layer(spark, settings, V2):
                 ingest(master, history, rng, 30)
                 time.sleep(6)  # the v2 speed layer reads it, and must not add it to v1's segment
