@@ -211,8 +211,10 @@ def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
 
 def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
     table = Table(title="stages")
-    for column, justify in (("stage", "left"), ("view", "left"), ("count", "right"), ("seconds", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    table.add_column("stage")
+    table.add_column("view")
+    table.add_column("count", justify="right")
+    table.add_column("seconds", justify="right")
     for stage in stages:
         count = "" if stage["count"] is None else f"{stage['count']:,} {stage['unit']}"
         seconds = "" if stage["seconds"] is None else f"{stage['seconds']:.1f}"

@@ -42,8 +42,7 @@ from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
 from serving.store.keys import Keys
-from serving.store.logic import generation_logic
-from serving.store.replies import text
+from serving.store.logic import generation_logic, waiting_for
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
 
 if TYPE_CHECKING:
@@ -174,8 +173,7 @@ class BatchScheduler:
         client = self.registry.client
         if generation_logic(client, self.keys, served) != self.pipeline.logic:
             return True
-        waiting = client.hget(self.keys.speed, "waiting_logic")
-        return waiting is not None and text(waiting) == self.pipeline.logic
+        return waiting_for(client, self.keys) == self.pipeline.logic
 
     def _record_stages(self, run_id: str, stages: Sequence[StageRecord]) -> None:
         """Put the run's stages so far in its record (GET /v1/batch/runs/{id}); Redis being away only delays it."""

@@ -36,7 +36,7 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, ensure_epoch, read_epoch, served_generation
-from serving.store.logic import claim_segment, generation_logic
+from serving.store.logic import claim_segment, generation_logic, mark_waiting
 from serving.store.replies import text
 from serving.store.segment_commits import commit_processed
 from shared_logic.events import KIND_COLUMN
@@ -246,10 +246,7 @@ class SpeedLayer:
                                 f"{held.replace(':', ' ', 1)}, so its answers stay as they are")
         # The served segment (the lowest base) not ours: say which logic waits, so a scheduler of that logic
         # recomputes now (deploy.scheduler), also when the served generation is of its logic (a rollback).
-        if bases and bases[0] not in mine:
-            self.client.hset(self.keys.speed, "waiting_logic", self.pipeline.logic)
-        else:
-            self.client.hdel(self.keys.speed, "waiting_logic")
+        mark_waiting(self.client, self.keys, self.pipeline.logic if bases and bases[0] not in mine else None)
         if self.waiting and not mine:
             log.info("speed layer %s", self.waiting)
         return mine

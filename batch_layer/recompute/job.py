@@ -31,7 +31,7 @@ from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import ensure_epoch
 from serving.store.keys import row_parts
-from serving.store.logic import claim_segment
+from serving.store.logic import claim_segment, satisfy_waiting
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         flip.count = generation if flipped else None
     if flipped:
         log.info("run %s: now serving generation %d", run_id, generation)
+        satisfy_waiting(client, keys, pipeline.logic)
         publish.drop_stale(client, keys)
     else:
         log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)

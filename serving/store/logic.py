@@ -60,3 +60,32 @@ def generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | 
     if not client.hexists(meta, "version"):
         return None
     return text(client.hget(meta, "logic") or b"")
+
+
+#: KEYS: the speed hash; ARGV: logic. Deletes ``waiting_logic`` if it names ``logic``.
+_SATISFIED = """
+if redis.call('HGET', KEYS[1], 'waiting_logic') == ARGV[1] then redis.call('HDEL', KEYS[1], 'waiting_logic') end
+return 1
+"""
+
+
+def mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
+    """Say (``logic``) or unsay (None) that the speed layer cannot write the served segment and waits for a
+    generation of ``logic``: a scheduler of that logic then recomputes at once (``deploy.scheduler``)."""
+    if logic is None:
+        client.hdel(keys.global_keys.speed, "waiting_logic")
+    else:
+        client.hset(keys.global_keys.speed, "waiting_logic", logic)
+
+
+def waiting_for(client: redis.Redis, keys: Keys) -> str | None:
+    """The logic the speed layer waits for a generation of, if it waits."""
+    value = client.hget(keys.global_keys.speed, "waiting_logic")
+    return None if value is None else text(value)
+
+
+def satisfy_waiting(client: redis.Redis, keys: Keys, logic: str) -> None:
+    """A generation of ``logic`` was just served: the wait for it is over (the speed layer says so again at its
+    next micro-batch if it still cannot write; without this, a stopped speed layer's stale wait would make the
+    scheduler recompute over and over)."""
+    client.eval(_SATISFIED, 1, keys.global_keys.speed, logic)
