@@ -9,15 +9,17 @@ machine with nothing else installed.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from deploy.errors import ConfigError
 
@@ -28,7 +30,12 @@ LOCAL_API_KEY_SCOPES = ("read", "ingest", "admin")
 
 
 class Settings(BaseSettings):
-    """Configuration of one platform installation (one data dir, one pipeline)."""
+    """Configuration of one platform installation: one data dir, one or several pipelines.
+
+    ``pipeline`` is the pipeline a one-pipeline command acts on; ``pipelines`` (when set) are all
+    the deployment runs, the first being the default the un-prefixed API routes answer for.
+    ``for_pipeline(name)`` is the configuration of one of them.
+    """
 
     model_config = SettingsConfigDict(env_prefix="LAMBDA_", extra="ignore", frozen=True)
 
@@ -55,6 +62,10 @@ class Settings(BaseSettings):
         "default 16)."
     )
     pipeline: str = Field("wordcount", description="Built-in pipeline name or dotted path of a user pipeline module.")
+    pipelines: Annotated[list[str] | None, NoDecode] = Field(
+        None, description="Several pipelines in one deployment, comma-separated or a JSON list; the first is the "
+        "default (the un-prefixed API routes, one-pipeline commands). Unset: LAMBDA_PIPELINE alone."
+    )
     spark_master: str = Field("local[*]", description="Spark master URL for the batch and speed layers.")
     spark_shuffle_partitions: int = Field(8, ge=1, le=10_000, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field("2g", description="spark.driver.memory for local mode.")
@@ -87,6 +98,10 @@ class Settings(BaseSettings):
     )
     batch_schedule: str | None = Field(
         None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or a cron expression."
+    )
+    batch_schedules: dict[str, str] = Field(
+        default_factory=dict, description='Per-pipeline schedules as JSON, {"payments": "15m"}; the others use '
+        "LAMBDA_BATCH_SCHEDULE."
     )
     generate_rate: float = Field(20.0, gt=0, le=100_000, description="Demo traffic: events per second.")
     master_compact_every: str | None = Field(
@@ -144,6 +159,45 @@ class Settings(BaseSettings):
 
         check_schedule(value or None)
         return value or None
+
+    @field_validator("pipelines", mode="before")
+    @classmethod
+    def _split_pipelines(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _check_pipelines(self) -> Settings:
+        from deploy.schedule import check_schedule
+
+        if self.pipelines is not None:
+            if not self.pipelines or len(set(self.pipelines)) != len(self.pipelines):
+                raise ValueError(f"LAMBDA_PIPELINES must name each pipeline once, got {self.pipelines}")
+            if "pipeline" not in self.model_fields_set:
+                object.__setattr__(self, "pipeline", self.pipelines[0])  # frozen: set once, while validating
+            elif self.pipeline not in self.pipelines:
+                raise ValueError(f"LAMBDA_PIPELINE {self.pipeline!r} is not one of LAMBDA_PIPELINES {self.pipelines}")
+        for name, schedule in self.batch_schedules.items():
+            if name not in self.pipeline_names:
+                raise ValueError(f"LAMBDA_BATCH_SCHEDULES names {name!r}, not a pipeline of this deployment "
+                                 f"({', '.join(self.pipeline_names)})")
+            check_schedule(schedule)
+        return self
+
+    @property
+    def pipeline_names(self) -> tuple[str, ...]:
+        """Every pipeline of the deployment, the default first."""
+        return tuple(self.pipelines or (self.pipeline,))
+
+    def for_pipeline(self, name: str) -> Settings:
+        """The configuration of pipeline ``name`` alone: its own tables, checkpoint, keys and schedule."""
+        if name not in self.pipeline_names:
+            raise ConfigError(f"unknown pipeline {name!r}; this deployment runs {', '.join(self.pipeline_names)}")
+        schedule = self.batch_schedules.get(name, self.batch_schedule)
+        return self.model_copy(update={"pipeline": name, "pipelines": None, "batch_schedules": {},
+                                       "batch_schedule": schedule})
 
     @field_validator("master_compact_every")
     @classmethod
@@ -271,15 +325,22 @@ def load_settings(**overrides: object) -> Settings:
         # Overrides are validated by pydantic at run time, like the environment; mypy cannot type **kwargs.
         settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg, arg-type]
     except ValidationError as e:
-        problems = "; ".join(
-            f"LAMBDA_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}" for err in e.errors()
-        )
+        problems = "; ".join(_problem(err) for err in e.errors())
         raise ConfigError(f"invalid settings: {problems}") from e
-    try:
-        load_pipeline(settings.pipeline)
-    except SharedLogicError as e:
-        raise ConfigError(f"invalid settings: LAMBDA_PIPELINE: {e}") from e
+    for name in settings.pipeline_names:
+        try:
+            load_pipeline(name)
+        except SharedLogicError as e:
+            variable = "LAMBDA_PIPELINES" if settings.pipelines else "LAMBDA_PIPELINE"
+            raise ConfigError(f"invalid settings: {variable}: {e}") from e
     return settings
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error as ``LAMBDA_NAME: what is wrong`` (a check of several settings names them itself)."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    name = "_".join(str(part) for part in error["loc"]).upper()
+    return f"LAMBDA_{name}: {message}" if name else message
 
 
 @lru_cache(maxsize=1)

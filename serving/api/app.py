@@ -19,11 +19,12 @@ from batch_layer.errors import SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
 from serving.api.auth import require
 from serving.api.docs import install_docs
-from serving.api.errors import ServingError
+from serving.api.errors import ConfigurationError, ServingError
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
 from serving.api.openapi import document_server
+from serving.api.pipelines import mount_pipelines
 from serving.api.routes import batch, events, health, views
 from serving.api.view_reader import ServingStore
 from serving.store.runs import RunRegistry
@@ -174,7 +175,20 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
-    """The API for ``settings.pipeline``, reading from the Redis at ``redis_url``."""
+    """The API of every pipeline of ``settings`` (the default one un-prefixed, each one under
+    ``/v1/pipelines/{name}``, see ``serving.api.pipelines``), reading from the Redis at ``redis_url``."""
+    names = settings.pipeline_names
+    apps = [_pipeline_app(settings.for_pipeline(name), redis_url=redis_url) for name in names]
+    default, *others = apps
+    by_name = {app.state.pipeline.name: app for app in others}
+    if len({app.state.pipeline.name for app in apps}) != len(apps):
+        raise ConfigurationError(f"two pipelines of {', '.join(names)} have the same name; each needs its own")
+    mount_pipelines(default, default.state.pipeline.name, by_name)
+    return default
+
+
+def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
+    """The API of pipeline ``settings.pipeline`` alone."""
     pipeline = load_pipeline(settings.pipeline)
 
     @asynccontextmanager

@@ -15,6 +15,13 @@ class ApiConfig(MasterConfig, Protocol):
     def pipeline(self) -> str: ...
 
     @property
+    def pipeline_names(self) -> Sequence[str]:
+        """Every pipeline the API serves, the default (un-prefixed routes) first."""
+
+    def for_pipeline(self, name: str) -> ApiConfig:
+        """The configuration of pipeline ``name`` alone."""
+
+    @property
     def http_host(self) -> str: ...
 
     @property

@@ -64,3 +64,9 @@ class UnprocessableError(ServingError):
 
 class IdempotencyKeyReusedError(UnprocessableError):
     """An Idempotency-Key already used with a different request body: use a new key for new events."""
+
+
+class ConfigurationError(ServingError):
+    """The API cannot be built from its configuration (message says what to change)."""
+
+    status = 500

@@ -158,3 +158,19 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = error_responses(404, 422, 503)
+
+
+class PipelineInfo(BaseModel):
+    """One pipeline of the deployment."""
+
+    name: str
+    default: bool = Field(description="The un-prefixed routes (/v1/views, /v1/events, ...) answer for it.")
+    url: str = Field(description="Prefix of its routes: every /v1/... route is also at URL/... for it.")
+    views: list[str]
+    logic: str = Field(description="Fingerprint of the pipeline's logic as this API runs it.")
+    generation: int | None = Field(default=None, description="Served batch generation; null when none is published.")
+    version: int | None = Field(default=None, description="Master version the served generation covers.")
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineInfo]

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from serving.api.auth import require
 from serving.api.errors import ConflictError, NotFoundError, UnavailableError
 from serving.api.models import error_responses
+from serving.api.pipelines import public_path
 from serving.store.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
 
 router = APIRouter(prefix="/v1/batch", tags=["batch"])
@@ -189,7 +190,7 @@ def _redis(call: Callable[[], T]) -> T:
     dependencies=[Depends(require("admin"))], responses=error_responses(400, 409, 422, 503),
 )
 def start_run(
-    response: Response, runs: RunsDep,
+    request: Request, response: Response, runs: RunsDep,
     body: Annotated[RunRequest | None, Body(description="Optional: `{\"force\": true}`.")] = None,
 ) -> BatchRunInfo:
     """Queue a recompute of every view; a scheduler process picks it up within a second. Answers 202
@@ -201,9 +202,9 @@ def start_run(
     try:
         run = _redis(lambda: runs.enqueue(trigger="api", force=force))
     except RunConflictError as e:
-        location = f"{router.prefix}/runs/{e.active.id}"
+        location = public_path(request, f"{router.prefix}/runs/{e.active.id}")
         raise ConflictError(f"{e} (follow it at {location})", headers={"Location": location}) from e
-    response.headers["Location"] = f"{router.prefix}/runs/{run.id}"
+    response.headers["Location"] = public_path(request, f"{router.prefix}/runs/{run.id}")
     return _info(runs.pipeline, run)
 
 
