@@ -22,9 +22,9 @@ Params = Mapping[str, str | int | bool | None]
 class ApiClient:
     """GET requests against one API, answers as parsed JSON."""
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, api_key: str | None, *, routes: str = "/v1", timeout: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base_url = base_url
+        self.base_url, self.routes = base_url, routes
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout)
 
     @classmethod
@@ -32,7 +32,7 @@ class ApiClient:
         """A client of the API ``settings`` address, with the first configured key that has ``scope``."""
         settings, _ = with_api_keys(settings, create=False)
         key = next((k for k, scopes in (settings.api_keys or {}).items() if scope in scopes), None)
-        return cls(settings.api_url, key)
+        return cls(settings.api_url, key, routes=settings.api_routes)
 
     def __enter__(self) -> ApiClient:
         return self
@@ -62,10 +62,10 @@ class ApiClient:
         except httpx.HTTPError as e:
             raise ApiError(f"reading {path} from {self.base_url} failed ({type(e).__name__}: {e})") from e
 
-
-def view_path(view: str, *rest: str) -> str:
-    """``/v1/views/{view}/...`` with each part URL-encoded ('/' and '|' in keys included)."""
-    return "/".join(["/v1/views", *(quote(part, safe="") for part in (view, *rest))])
+    def view_path(self, view: str, *rest: str) -> str:
+        """``/v1/views/{view}/...`` (under the pipeline's prefix) with each part URL-encoded ('/' and '|'
+        in keys included)."""
+        return "/".join([f"{self.routes}/views", *(quote(part, safe="") for part in (view, *rest))])
 
 
 def _param(value: str | int | bool) -> str:

@@ -224,13 +224,13 @@ def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
 
 def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
     from deploy.spark import build_spark
-    from shared_logic.registry import load_pipeline
+    from deploy.workers import application_name, run_per_pipeline
     from speed_layer.runner import run_speed_layer
 
-    pipeline = load_pipeline(settings.pipeline)
     redis_url = _redis_url(settings)
-    spark = build_spark(settings, f"lambda-speed-{pipeline.name}")
-    run_speed_layer(spark, settings, pipeline, redis_url=redis_url, stop=stop_on_signals())
+    spark = build_spark(settings, application_name("speed", settings))
+    run_per_pipeline(settings, lambda own, pipeline, stop: run_speed_layer(
+        spark, own, pipeline, redis_url=redis_url, stop=stop), stop_on_signals(), what="speed layer")
     console.print("speed layer stopped")
     return EXIT_OK
 
@@ -256,14 +256,14 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
     from deploy.scheduler import parse_schedule, run_scheduler
     from deploy.spark import build_spark
-    from shared_logic.registry import load_pipeline
+    from deploy.workers import application_name, run_per_pipeline
 
-    parse_schedule(settings.batch_schedule)  # a bad schedule stops here, before Spark starts
-    pipeline = load_pipeline(settings.pipeline)
+    for name in settings.pipeline_names:  # a bad schedule stops here, before Spark starts
+        parse_schedule(settings.for_pipeline(name).batch_schedule)
     redis_url = _redis_url(settings)
-    spark = build_spark(settings, f"lambda-scheduler-{pipeline.name}")
-    stop = stop_on_signals()
-    run_scheduler(spark, settings, pipeline, redis_url=redis_url, stop=stop)
+    spark = build_spark(settings, application_name("scheduler", settings))
+    run_per_pipeline(settings, lambda own, pipeline, stop: run_scheduler(
+        spark, own, pipeline, redis_url=redis_url, stop=stop), stop_on_signals(), what="batch scheduler")
     return EXIT_OK
 
 
@@ -278,13 +278,16 @@ def _cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
     settings, _ = with_api_keys(settings, create=False)
     reads = next((k for k, scopes in (settings.api_keys or {}).items() if "read" in scopes), None)
+    names = [settings.pipeline] if args.pipeline else list(settings.pipeline_names)  # --pipeline: that one only
     with progress("probing every part"):
-        status = platform_status(settings, reads)
+        statuses = [platform_status(settings.model_copy(update={"pipeline": name}), reads) for name in names]
     if args.json:
-        out.print_json(json.dumps(status.as_json()))
+        answer = statuses[0].as_json() if len(statuses) == 1 else {"pipelines": [s.as_json() for s in statuses]}
+        out.print_json(json.dumps(answer))
     else:
-        out.print(status.table())
-    return EXIT_OK if status.serving else EXIT_FAILED
+        for status in statuses:
+            out.print(status.table())
+    return EXIT_OK if all(status.serving for status in statuses) else EXIT_FAILED
 
 
 def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
@@ -295,7 +298,7 @@ def _cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     rate = args.rate or settings.generate_rate
     console.print(f"posting {settings.pipeline} events at {rate:g}/s to {settings.api_url}; Ctrl-C stops")
-    accepted = generate(settings.pipeline, settings.api_url, key, rate, stop)
+    accepted = generate(settings.pipeline, settings.api_url, key, rate, stop, routes=settings.api_routes)
     console.print(f"{accepted} events accepted")
     return EXIT_OK
 

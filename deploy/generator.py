@@ -18,8 +18,9 @@ log = logging.getLogger(__name__)
 _TICK = 0.1  # seconds between posts
 
 
-def generate(pipeline: str, api_url: str, api_key: str | None, rate: float, stop: threading.Event) -> int:
-    """Post events at ``rate`` per second until ``stop``; returns how many were accepted.
+def generate(pipeline: str, api_url: str, api_key: str | None, rate: float, stop: threading.Event, *,
+             routes: str = "/v1") -> int:
+    """Post events at ``rate`` per second to ``{routes}/events`` until ``stop``; returns how many were accepted.
 
     Event times are "now", so windowed views move too. Transient API errors are logged and
     retried on the next tick: demo traffic never gives up.
@@ -40,7 +41,7 @@ def generate(pipeline: str, api_url: str, api_key: str | None, rate: float, stop
                 for event in events:
                     event["event_time"] = datetime.now(timezone.utc).isoformat()
                 try:
-                    response = http.post("/v1/events", json=events)
+                    response = http.post(f"{routes}/events", json=events)
                     if response.status_code == 202:
                         accepted += response.json().get("accepted", count)
                     else:

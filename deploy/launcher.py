@@ -55,7 +55,7 @@ def _env(settings: Settings, redis_url: str) -> dict[str, str]:
             continue
         if isinstance(value, SecretStr):  # the children need the secret itself, never its mask
             value = value.get_secret_value()
-        env[f"LAMBDA_{name.upper()}"] = json.dumps(value) if isinstance(value, dict) else str(value)
+        env[f"LAMBDA_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     env.setdefault("LAMBDA_MASTER_COMPACT_EVERY", "off")  # master_compact_every None: 'off', not the default
     env["LAMBDA_ENV_FILE"] = os.devnull  # everything is in the environment already
     return env
@@ -71,13 +71,14 @@ def command_hint() -> str:
 
 
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
-    """Run every part until SIGINT/SIGTERM; returns the exit status."""
-    pipeline = load_pipeline(settings.pipeline)
-    # Before any child starts: refuse an event model the master dataset cannot follow (SchemaChangeError,
+    """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status."""
+    # Before any child starts: refuse an event model a master dataset cannot follow (SchemaChangeError,
     # nothing written), or add a new optional field's column once, here, rather than in each child.
-    master = MasterDataset.open(settings, pipeline)
-    if master.check_schema():
-        master.ensure()
+    masters = {name: MasterDataset.open(settings.for_pipeline(name), load_pipeline(name))
+               for name in settings.pipeline_names}
+    for master in masters.values():
+        if master.check_schema():
+            master.ensure()
     logs = private_dir(settings.data_dir.resolve() / "logs")
     settings, key = with_api_keys(settings)
     supervisor = Supervisor([])
@@ -92,26 +93,25 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")
 
-    if not master.holds_data():
-        _fresh_master(master, console)
-    if served_generation(redis_client(redis_url), Keys(pipeline.name)) is None and master.holds_data():
-        with console.status("first batch recompute (starting Spark)"), \
-                os.fdopen(os.open(logs / "batch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-            first = subprocess.run([*_CLI, "batch", "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
-        if first.returncode != 0:
-            console.print(f"[red]the first batch recompute failed[/]; see {logs / 'batch.log'}")
+    for name, master in masters.items():
+        if not master.holds_data():
+            _fresh_master(master, console)
+        if not _first_recompute(name, master, redis_url, env, logs, console):
             supervisor.stop()
             return 1
 
     parts = [("api", ["serve"]), ("speed", ["speed", "run"]), ("scheduler", ["batch", "schedule"])]
-    if generate_traffic and pipeline.name in SAMPLES:
-        parts.append(("generator", ["generate"]))
+    if generate_traffic:
+        several = len(masters) > 1
+        parts += [(f"generator-{master.pipeline.name}" if several else "generator", ["--pipeline", name, "generate"])
+                  for name, master in masters.items() if master.pipeline.name in SAMPLES]
     for name, args in parts:
         child = Child(name, [*_CLI, *args], env, logs / f"{name}.log")
         supervisor.children.append(child)
         child.start()
 
-    _banner(console, settings, pipeline.views[0].name, key, logs, redis_url, empty=not master.holds_data())
+    default = masters[settings.pipeline_names[0]]
+    _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url, empty=not default.holds_data())
     stop = stop_on_signals()
     while not stop.is_set():
         supervisor.watch_once()
@@ -119,6 +119,20 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
     console.print("stopping: generator, scheduler, speed layer (after its micro-batch), API, Redis")
     supervisor.stop()
     return 0
+
+
+def _first_recompute(name: str, master: MasterDataset, redis_url: str, env: dict[str, str], logs: Path,
+                     console: Console) -> bool:
+    """A pipeline with events and no served generation gets its first recompute now; False when it failed."""
+    if served_generation(redis_client(redis_url), Keys(master.pipeline.name)) is not None or not master.holds_data():
+        return True
+    with console.status(f"first batch recompute of {master.pipeline.name} (starting Spark)"), \
+            os.fdopen(os.open(logs / "batch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
+        first = subprocess.run([*_CLI, "--pipeline", name, "batch", "run"], env=env, stdout=out,
+                               stderr=subprocess.STDOUT)
+    if first.returncode != 0:
+        console.print(f"[red]the first batch recompute of {master.pipeline.name} failed[/]; see {logs / 'batch.log'}")
+    return first.returncode == 0
 
 
 def _fresh_master(master: MasterDataset, console: Console) -> None:
@@ -148,7 +162,7 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
         )
     auth = f'-H "Authorization: Bearer {key}" ' if key else ""
     console.print(
-        f"\n[bold]Lambda platform up[/] (pipeline {settings.pipeline})\n"
+        f"\n[bold]Lambda platform up[/] ({_pipelines(settings)})\n"
         f"  API docs:   {base}/docs\n"
         f"  views:      curl {auth}{base}/v1/views\n"
         f"  a key:      curl {auth}{base}/v1/views/{view}/top\n"
@@ -161,3 +175,11 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
         "Ctrl-C stops everything.\n",
         soft_wrap=True,
     )
+
+
+def _pipelines(settings: Settings) -> str:
+    if len(settings.pipeline_names) == 1:
+        return f"pipeline {settings.pipeline}"
+    default, *others = settings.pipeline_names
+    return (f"pipelines {', '.join(settings.pipeline_names)}: {default} at /v1/..., "
+            + ", ".join(f"{name} at /v1/pipelines/{load_pipeline(name).name}/..." for name in others))

@@ -305,6 +305,16 @@ class Settings(BaseSettings):
         return f"http://[{host}]:{self.http_port}" if ":" in host else f"http://{host}:{self.http_port}"
 
     @property
+    def api_routes(self) -> str:
+        """Prefix of this pipeline's API routes: ``/v1`` for the deployment's default pipeline,
+        ``/v1/pipelines/{name}`` for another (``serving.api.pipelines``)."""
+        if self.pipeline == self.pipeline_names[0]:
+            return "/v1"
+        from shared_logic.registry import load_pipeline
+
+        return f"/v1/pipelines/{load_pipeline(self.pipeline).name}"
+
+    @property
     def local_api_key_path(self) -> Path:
         """The local API key ``up`` (and ``serve``) make when LAMBDA_API_KEYS is unset (0600)."""
         return self.data_dir.resolve() / LOCAL_API_KEY_FILE

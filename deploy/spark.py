@@ -121,7 +121,7 @@ def _cluster_conf(settings: Settings) -> dict[str, str]:
 
 def _ship_code(spark: SparkSession, settings: Settings, python: str) -> None:
     """Ship the code (LAMBDA_SPARK_SHIP_CODE) and, on a cluster or another Python, check the executors."""
-    modules = pipeline_modules(settings.pipeline)
+    modules = tuple(dict.fromkeys(m for name in settings.pipeline_names for m in pipeline_modules(name)))
     if settings.spark_ship_code == "always" or (settings.spark_ship_code == "auto" and not _is_local(settings)):
         bundle = build_bundle(modules)
         ship(spark, bundle)

@@ -210,7 +210,7 @@ def _api(settings: Settings, pipeline: str, api_key: str | None) -> Part:
     try:
         with httpx.Client(base_url=base, headers=headers, timeout=_TIMEOUT) as http:
             ready = http.get("/readyz")
-            views = http.get("/v1/views")
+            views = http.get(f"{settings.api_routes}/views")
     except httpx.HTTPError as e:
         return Part("api", False, f"{base}: not reachable ({type(e).__name__})")
     served = _json(views).get("pipeline") if views.status_code == 200 else None

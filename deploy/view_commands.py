@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from deploy.answers import key_table, keys_table, top_table, windows_table
-from deploy.api_client import ApiClient, view_path
+from deploy.api_client import ApiClient
 from deploy.console import out
 from deploy.errors import UsageError
 from deploy.settings import Settings
@@ -71,7 +71,7 @@ def _common(parser: argparse.ArgumentParser, http_options: Any) -> None:
 def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
     params = {"window_start": args.window, "from": args.start, "to": args.end, "explain": args.explain or None}
     with ApiClient.from_settings(settings) as api:
-        answer = api.get(view_path(args.view, "keys", args.key), params)
+        answer = api.get(api.view_path(args.view, "keys", args.key), params)
     if args.json:
         out.print_json(json.dumps(answer))
         return 0
@@ -85,7 +85,7 @@ def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_top(settings: Settings, args: argparse.Namespace) -> int:
     params = {"n": args.n, "measure": args.measure, "window_start": args.window}
     with ApiClient.from_settings(settings) as api:
-        answer = api.get(view_path(args.view, "top"), params)
+        answer = api.get(api.view_path(args.view, "top"), params)
     if args.json:
         out.print_json(json.dumps(answer))
     else:
@@ -99,7 +99,7 @@ def _cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     with ApiClient.from_settings(settings) as api:
         while True:
             params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **filters}
-            page = api.get(view_path(args.view, "keys"), params)
+            page = api.get(api.view_path(args.view, "keys"), params)
             if args.json:
                 out.print_json(json.dumps(page))
             elif page["keys"] or cursor is None:

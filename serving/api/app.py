@@ -62,6 +62,11 @@ status, including malformed parameters (422, naming each parameter) and malforme
 (400). `OPTIONS` on any route answers 204 with `Allow`; a method a route does not take, 405 with
 `Allow`.
 
+**Several pipelines.** A deployment may run several pipelines (`GET /v1/pipelines` lists them).
+The routes below answer for the default one; every one of them is also at
+`/v1/pipelines/{pipeline}/...` for each pipeline (`/v1/pipelines/payments/views`), with the same
+parameters and answers. An unknown pipeline: 404 naming the known ones.
+
 **Integers stay integers:** counts, and sums, minima and maxima over an integer column, are
 JSON integers.
 """

@@ -79,8 +79,8 @@ def _close(got: Any, want: Any, measure: str) -> bool:
     return got == want
 
 
-def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool = False) -> int:
-    """Every key of every view (and top-N) answered over HTTP equals the oracle at ``version``.
+def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool = False, routes: str = "/v1") -> int:
+    """Every key of every view (and top-N) answered over HTTP (under ``routes``) equals the oracle at ``version``.
 
     Answers must name ``version`` or a later one, or exactly ``version`` when ``named``.
     Returns how many answers were compared.
@@ -92,7 +92,7 @@ def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool
         for view, rows in expected.items():
             for (key, window_start), measures in rows.items():
                 params = {"window_start": window_start} if window_start is not None else {}
-                response = http.get(f"/v1/views/{view}/keys/{quote(key, safe='')}", params=params)
+                response = http.get(f"{routes}/views/{view}/keys/{quote(key, safe='')}", params=params)
                 assert response.status_code == 200, (view, key, window_start, response.text)
                 body = response.json()
                 assert body["version"] == version if named else body["version"] >= version, body
@@ -100,11 +100,12 @@ def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool
                     got = body["value"][measure]
                     assert _close(got, want, measure), (view, key, window_start, measure, got, want, body)
                 compared += 1
-            _assert_top(http, view, rows, version if named else None)
+            _assert_top(http, f"{routes}/views/{view}", rows, version if named else None)
     return compared
 
 
 def _assert_top(http: httpx.Client, view: str, rows: dict, version: int | None) -> None:
+    """``view``: the view's route (``/v1/views/NAME``)."""
     all_time = {key: m for (key, ws), m in rows.items() if ws is None}
     if not all_time:
         window = min(ws for _, ws in rows)
@@ -116,7 +117,7 @@ def _assert_top(http: httpx.Client, view: str, rows: dict, version: int | None) 
         if measure not in next(iter(all_time.values())):
             continue
         want = sorted(all_time.items(), key=lambda kv: (-kv[1][measure], kv[0]))[:5]
-        body = http.get(f"/v1/views/{view}/top", params={**params, "n": 5, "measure": measure}).json()
+        body = http.get(f"{view}/top", params={**params, "n": 5, "measure": measure}).json()
         assert version is None or body["version"] == version, body
         assert [e["key"] for e in body["top"]] == [k for k, _ in want], (view, measure, body, want)
         for entry, (_, m) in zip(body["top"], want):
