@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
+from deploy.code_watch import EXIT_CODE_CHANGED, CodeWatch
 from deploy.console import configure_logging, console, out, progress
 from deploy.errors import ApiError, DeployError
 from deploy.settings import Settings, load_settings, private_dir, with_api_keys
@@ -229,10 +231,11 @@ def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
 
     redis_url = _redis_url(settings)
     spark = build_spark(settings, application_name("speed", settings))
+    stop = stop_on_signals()
+    watch = _watch_code(settings, stop)
     run_per_pipeline(settings, lambda own, pipeline, stop: run_speed_layer(
-        spark, own, pipeline, redis_url=redis_url, stop=stop), stop_on_signals(), what="speed layer")
-    console.print("speed layer stopped")
-    return EXIT_OK
+        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what="speed layer")
+    return _stopped("speed layer", watch)
 
 
 def _serve(settings: Settings, redis_url: str) -> None:
@@ -262,9 +265,26 @@ def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
         parse_schedule(settings.for_pipeline(name).batch_schedule)
     redis_url = _redis_url(settings)
     spark = build_spark(settings, application_name("scheduler", settings))
+    stop = stop_on_signals()
+    watch = _watch_code(settings, stop)
     run_per_pipeline(settings, lambda own, pipeline, stop: run_scheduler(
-        spark, own, pipeline, redis_url=redis_url, stop=stop), stop_on_signals(), what="batch scheduler")
-    return EXIT_OK
+        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what="batch scheduler")
+    return _stopped("batch scheduler", watch)
+
+
+def _watch_code(settings: Settings, stop: threading.Event) -> CodeWatch:
+    from shared_logic.registry import load_pipeline
+
+    return CodeWatch([load_pipeline(name) for name in settings.pipeline_names], stop).start()
+
+
+def _stopped(what: str, watch: CodeWatch) -> int:
+    if watch.changed is None:
+        console.print(f"{what} stopped")
+        return EXIT_OK
+    console.print(f"[yellow]{what} stopped[/]: {watch.changed} changed on disk; start it again to run the new code "
+                  "(`up` does)")
+    return EXIT_CODE_CHANGED
 
 
 def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
