@@ -1,0 +1,244 @@
+"""A user's pipeline changed under `up`: served by itself, never mixed, also across a kill -9.
+
+A word-count module of the user's, v1 (words as written; views ``word_counts`` and
+``first_letters``), runs under `up` with events posted over HTTP. `up` is stopped, the module is
+replaced by v2 (words lower-cased; ``word_counts`` and a new ``word_lengths``; no
+``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
+platform (`up`, the API, the speed layer, the scheduler, Redis) is killed with SIGKILL, and `up`
+starts once more. Nobody runs a batch recompute by hand (the schedule is an hour).
+
+A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
+dataset's events at the version an answer names (read from the Delta table by ``tests.oracle``):
+every answer must equal v1's oracle or v2's, as its ``logic`` says. At the end every key of every
+v2 view equals v2's oracle, ``first_letters`` is gone, and the served logic is v2's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import psutil
+import pytest
+
+from tests import oracle
+from tests.deploy.test_up import KEY, _stop, _wait
+from tests.support import free_port
+
+pytestmark = pytest.mark.slow
+
+_HEAD = '''
+from datetime import datetime
+
+from pyspark.sql import functions as F
+
+from shared_logic.measures import Count
+from shared_logic.pipeline import EventModel, Pipeline
+from shared_logic.views import View
+
+
+class Line(EventModel):
+    text: str
+    event_time: datetime | None = None
+'''
+V1_SOURCE = _HEAD + '''
+
+class MyWords(Pipeline):
+    name = "mywords"
+    event_model = Line
+    views = (View("word_counts", keys=("word",), measures=(Count(),)),
+             View("first_letters", keys=("letter",), measures=(Count(),)))
+
+    def transform(self, events):
+        found = events.select(F.explode(F.split(F.col("text"), r"\\s+")).alias("word"), "event_time")
+        return found.where(F.col("word") != "").withColumn("letter", F.substring("word", 1, 1))
+
+
+pipeline = MyWords()
+'''
+V2_SOURCE = _HEAD + '''
+
+class MyWords(Pipeline):
+    name = "mywords"
+    event_model = Line
+    views = (View("word_counts", keys=("word",), measures=(Count(),)),
+             View("word_lengths", keys=("length",), measures=(Count(),)))
+
+    def transform(self, events):
+        found = events.select(F.explode(F.split(F.lower(F.col("text")), r"\\s+")).alias("word"), "event_time")
+        return found.where(F.col("word") != "").withColumn("length", F.length("word").cast("string"))
+
+
+pipeline = MyWords()
+'''
+VOCABULARY = ["Apache", "apache", "Spark", "spark", "Delta", "redis", "Lambda", "lambda", "x"]
+ASKED = [("word_counts", "apache"), ("word_counts", "Apache"), ("word_counts", "spark"),
+         ("first_letters", "A"), ("word_lengths", "5")]
+
+
+def expected(texts: list[str], lowered: bool) -> dict[str, Counter[str]]:
+    """Every view's counts under v1 (``lowered`` False) or v2, from the texts."""
+    found = [w for t in texts for w in oracle.words(t.lower() if lowered else t)]
+    if lowered:
+        return {"word_counts": Counter(found), "word_lengths": Counter(str(len(w)) for w in found)}
+    return {"word_counts": Counter(found), "first_letters": Counter(w[0] for w in found)}
+
+
+class Platform:
+    """`up` on one data dir, started and stopped (or killed) by the test."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port = folder, free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
+        repo = str(Path(__file__).resolve().parents[2])  # this checkout's code, whatever is installed
+        self.env.update({
+            "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
+            "LAMBDA_PIPELINE": "mywords", "LAMBDA_HTTP_PORT": str(self.port), "LAMBDA_BATCH_SCHEDULE": "1h",
+            "LAMBDA_API_KEYS": json.dumps({KEY: ["read", "ingest", "admin"]}), "LAMBDA_SPARK_MASTER": "local[2]",
+            "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5", "LAMBDA_ENV_FILE": os.devnull,
+        })
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, source: str) -> None:
+        (self.folder / "mywords.py").write_text(source)
+        log = (self.folder.parent / "up.log").open("ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "--no-generate"],
+                                        cwd=self.folder, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        assert self.process is not None
+        _stop(self.process, self.port)
+
+    def kill(self) -> None:
+        """SIGKILL `up` and every process under it (each child leads a session of its own)."""
+        assert self.process is not None
+        parent = psutil.Process(self.process.pid)
+        for process in [*parent.children(recursive=True), parent]:
+            try:
+                process.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
+        self.process.wait(30)
+
+
+def _reader(base: str, stop: threading.Event, seen: list[tuple[str, str, int, str, int]], problems: list[str]) -> None:
+    with httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        while not stop.is_set():
+            for view, key in ASKED:
+                try:
+                    answer = http.get(f"/v1/views/{view}/keys/{quote(key)}")
+                except httpx.TransportError:
+                    time.sleep(0.2)  # `up` restarting
+                    continue
+                if answer.status_code in (404, 503):
+                    continue  # a key or view the logic of the moment does not have, or not ready
+                if answer.status_code != 200:
+                    problems.append(f"{view}/{key}: {answer.status_code} {answer.text}")
+                    continue
+                body = answer.json()
+                seen.append((view, key, body["version"], body["logic"], body["value"]["count"]))
+            time.sleep(0.05)
+
+
+def _post(http: httpx.Client, rng: random.Random, n: int) -> None:
+    texts = [" ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(1, 5))) for _ in range(n)]
+    response = http.post("/v1/events", json=[{"text": t} for t in texts])
+    assert response.status_code == 202, response.text
+
+
+def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    master = folder / "data" / "master" / "mywords"
+    platform, rng = Platform(folder), random.Random(5)
+    seen: list[tuple[str, str, int, str, int]] = []
+    problems: list[str] = []
+    stop = threading.Event()
+    reader = threading.Thread(target=_reader, args=(platform.base, stop, seen, problems), daemon=True)
+    http = httpx.Client(base_url=platform.base, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
+    try:
+        platform.start(V1_SOURCE)
+        _wait(lambda: http.get("/healthz").status_code == 200, "the API")
+        _post(http, rng, 40)
+        _wait(lambda: http.get("/readyz").status_code == 200, "v1's first generation", 600)
+        v1 = http.get("/v1/views").json()["logic"]
+        reader.start()
+        _post(http, rng, 20)
+        _wait(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
+        platform.stop()
+
+        platform.start(V2_SOURCE)
+        _wait(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
+        v2 = http.get("/v1/views").json()["logic"]
+        _post(http, rng, 20)
+        _wait(lambda: any(run["status"] == "running" for run in http.get("/v1/batch/runs").json()["runs"]),
+              "v2's recompute to start by itself", 300)
+        time.sleep(rng.uniform(0, 15))  # somewhere in the recompute: snapshot, gold, publish or the flip
+        platform.kill()
+
+        platform.start(V2_SOURCE)
+        _post_when_up(http, rng)
+        _wait(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
+        latest = _latest(master)
+        _wait(lambda: _version(http) >= latest, "v2's speed layer", 300)
+        stop.set()
+        reader.join(30)
+
+        want = expected(_texts(master, latest), lowered=True)
+        for view, counts in want.items():
+            listed = http.get(f"/v1/views/{view}/keys", params={"limit": 1000}).json()
+            got = {entry["key"]: entry["value"]["count"] for entry in listed["keys"]}
+            assert got == dict(counts), view
+        assert http.get("/v1/views/first_letters/keys/A").status_code == 404
+        platform.stop()
+    finally:
+        stop.set()
+        http.close()
+        if platform.process is not None and platform.process.poll() is None:
+            platform.kill()
+
+    assert not problems, "\n".join(problems[:3])
+    assert {logic for *_, logic, _ in seen} == {v1, v2}, "the reader saw both logics"
+    texts: dict[int, list[str]] = {}
+    for view, key, version, logic, value in seen:
+        assert logic in (v1, v2), logic
+        if version not in texts:
+            texts[version] = _texts(master, version)
+        want = expected(texts[version], lowered=logic == v2)[view].get(key, 0)
+        assert value == want, f"{view}/{key} at version {version} under {'v2' if logic == v2 else 'v1'}: {value}, " \
+                              f"oracle {want}"
+
+
+def _latest(master: Path) -> int:
+    return max(int(p.stem) for p in (master / "_delta_log").glob("*.json"))
+
+
+def _version(http: httpx.Client) -> int:
+    """The master version ``word_counts`` answers are exact for (-1: not served)."""
+    views = {view["name"]: view for view in http.get("/v1/views").json().get("views", [])}
+    return views.get("word_counts", {}).get("version") or -1
+
+
+def _texts(master: Path, version: int) -> list[str]:
+    return [event["text"] for event in oracle.read_events(master, version)]
+
+
+def _post_when_up(http: httpx.Client, rng: random.Random) -> None:
+    _wait(lambda: http.get("/healthz").status_code == 200, "the API after the kill")
+    _post(http, rng, 20)
+
+
+def _converged(http: httpx.Client, logic: str) -> bool:
+    views = http.get("/v1/views").json()
+    return views.get("served_logic") == logic and views.get("pending_logic") is None
