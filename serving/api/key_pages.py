@@ -13,7 +13,10 @@ before the cursor dropped here.
 examined, with a fingerprint of the request's filters (view, prefix, key column filters, windows)
 and the generation it was read at, as urlsafe base64 of JSON. The next page lists the rows
 strictly after that position. A cursor made for other filters is refused (422), and so is one
-that cannot be read.
+that cannot be read. A cursor also names the logic its page was computed under
+(``shared_logic.logic``): once the view is served under other logic, its rows are another set
+(a fixed transform may rename every key), so a cursor of the old logic is refused (409, start
+over) rather than continued into the new rows; an export stream stops the same way.
 
 **Guarantee.** Every row that exists when paging begins is listed exactly once, even when a new
 generation is published (a flip) or micro-batches commit between pages; rows that appear while
@@ -47,7 +50,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from serving.api.errors import BadQueryError, UnavailableError
+from serving.api.errors import BadQueryError, ConflictError, UnavailableError
 from serving.api.models import KeyEntry, KeyPage, WindowSpan
 from serving.api.queries import integral_measures, read_items, row_value, span
 from serving.api.view_reader import Generation, KeyListing, ServingStore
@@ -137,22 +140,24 @@ def realtime_measure(view: View) -> str:
 # the cursor
 
 
-def encode_cursor(listing: Listing, at: Position, generation: int) -> str:
+def encode_cursor(listing: Listing, at: Position, served: Generation) -> str:
     window, kind, key = at
     body = {"f": listing.fingerprint, "w": listing.starts[window] if listing.starts else None, "t": kind,
-            "k": base64.urlsafe_b64encode(key).decode(), "g": generation}
+            "k": base64.urlsafe_b64encode(key).decode(), "g": served.generation, "l": served.logic}
     return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def decode_cursor(listing: Listing, cursor: str | None) -> Position:
-    """The position after which a cursor resumes; 422 when it is unreadable or made for other filters."""
+def decode_cursor(listing: Listing, cursor: str | None) -> tuple[Position, str | None]:
+    """The position after which a cursor resumes and the logic it was made under (None: no cursor);
+    422 when it is unreadable or made for other filters."""
     if cursor is None:
-        return START
+        return START, None
     try:
         body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        fingerprint, window, kind = body["f"], body["w"], body["t"]
+        fingerprint, window, kind, logic = body["f"], body["w"], body["t"], body.get("l", "")
         key = base64.urlsafe_b64decode(body["k"])
-        if not (isinstance(fingerprint, str) and kind in (-1, 0, 1) and (window is None or type(window) is int)):
+        if not (isinstance(fingerprint, str) and kind in (-1, 0, 1) and (window is None or type(window) is int)
+                and isinstance(logic, str)):
             raise ValueError("wrong field types")
     except (ValueError, TypeError, KeyError, binascii.Error) as e:
         raise BadQueryError("cursor: not a cursor this route made; pass next_cursor of the previous page as is, "
@@ -165,7 +170,15 @@ def decode_cursor(listing: Listing, cursor: str | None) -> Position:
         raise BadQueryError(
             "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
             "column filters and window_start or from/to) with only cursor added, or leave cursor out to start over")
-    return index, kind, key
+    return (index, kind, key), logic
+
+
+def _same_logic(logic: str | None, served: Generation) -> None:
+    """409 when the rows paged so far were of other logic than ``served``'s (see Cursor above)."""
+    if logic is not None and served.logic != logic:
+        was, now = logic or "unrecorded", served.logic or "unrecorded"
+        raise ConflictError(f"cursor: the view was recomputed under other logic ({was} -> {now}) since paging "
+                            "began, so its rows changed; leave cursor out to start over")
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,23 +303,26 @@ async def _values(store: ServingStore, listing: Listing, rows: list[Position],
 
 
 async def page_answer(store: ServingStore, listing: Listing, cursor: str | None, limit: int) -> KeyPage:
-    entries, end, served = await key_page(store, listing, decode_cursor(listing, cursor), limit)
+    after, logic = decode_cursor(listing, cursor)
+    entries, end, served = await key_page(store, listing, after, limit)
+    _same_logic(logic, served)
     return KeyPage(view=listing.view.name, keys=entries, generation=served.generation, version=served.version,
-                   next_cursor=None if end is None else encode_cursor(listing, end, served.generation))
+                   next_cursor=None if end is None else encode_cursor(listing, end, served))
 
 
 async def every_page(store: ServingStore, listing: Listing, cursor: str | None) -> AsyncIterator[list[KeyEntry]]:
     """Every page from ``cursor`` on (``MAX_LIMIT`` rows each, each at one version), until the last one.
     The first page is read before this returns, so its errors (a bad cursor, 503) answer the request."""
-    after: Position | None = decode_cursor(listing, cursor)
-    assert after is not None
-    entries, after, _ = await key_page(store, listing, after, MAX_LIMIT)
+    start, logic = decode_cursor(listing, cursor)
+    entries, after, served = await key_page(store, listing, start, MAX_LIMIT)
+    _same_logic(logic, served)
 
     async def pages() -> AsyncIterator[list[KeyEntry]]:
         nonlocal entries, after
         yield entries
         while after is not None:
-            entries, after, _ = await key_page(store, listing, after, MAX_LIMIT)
+            entries, after, now = await key_page(store, listing, after, MAX_LIMIT)
+            _same_logic(served.logic, now)  # mid-stream: the stream breaks off instead of mixing two logics
             yield entries
 
     return pages()

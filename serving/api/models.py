@@ -146,7 +146,8 @@ ERROR_MEANINGS: dict[int, str] = {
     401: "No API key, an unknown key, or no keys configured (`WWW-Authenticate: Bearer`); see the Auth section.",
     403: "The API key lacks the scope this route needs (the detail names it).",
     404: "Unknown view, key or batch run.",
-    409: "A batch run is already queued or running (`Location` names it).",
+    409: "A conflict with the state of the platform: a batch run already queued or running (`Location` names "
+         "it), or a cursor of a view since recomputed under other logic.",
     422: "A parameter or body that does not fit: the detail names each parameter or field and what is wrong.",
     503: "Cannot answer correctly now (Redis unreachable, nothing published): the detail says why.",
 }

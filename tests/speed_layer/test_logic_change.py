@@ -4,7 +4,7 @@ Two versions of a word-count pipeline, v1 (words as written; views ``word_counts
 ``first_letters``) and v2 (words lower-cased; ``word_counts`` and a new ``word_lengths``; no
 ``first_letters``), run against one master dataset, one Redis and one API: v1's batch and speed
 layer serve; then the speed layer restarts with v2 (more events arrive); then a batch run under v2
-is served and more events arrive. A reader thread asks for keys over HTTP all along: every answer
+is served and more events arrive (a keys cursor of v1's rows is then refused: 409). A reader thread asks for keys over HTTP all along: every answer
 must equal v1's oracle or v2's oracle at the answer's ``version``, as its ``logic`` says, never
 anything else. Oracle: plain-Python counts over the events the test ingested, per version.
 """
@@ -157,8 +157,16 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                     assert pending.status_code == 503 and "not in the served batch generation" in pending.json()["detail"]
                     assert http.get("/v1/views/word_lengths/top").status_code == 503
 
+                with httpx.Client(base_url=server.base_url, timeout=10) as http:
+                    paging = http.get("/v1/views/word_counts/keys", params={"limit": 2}).json()  # v1's rows
                 result = run_batch(spark, settings, V2, redis_url=settings.redis_url)
                 assert result.flipped
+                with httpx.Client(base_url=server.base_url, timeout=10) as http:  # v2's rows are another set
+                    params = {"limit": 2, "cursor": paging["next_cursor"]}
+                    refused = http.get("/v1/views/word_counts/keys", params=params)
+                    assert refused.status_code == 409 and "other logic" in refused.json()["detail"], refused.text
+                    streamed = http.get("/v1/views/word_counts/keys", params=params, headers={"Accept": "text/csv"})
+                    assert streamed.status_code == 409, streamed.text
                 ingest(master, history, rng, 30)
                 wait_for(lambda: (processed_version(settings) or -1) >= master.latest_version(), "v2 speed layer")
                 latest = master.latest_version()

@@ -86,7 +86,7 @@ _EXPORTS: dict[int | str, dict] = {200: {
 
 
 @router.get(
-    "/{view}/keys", response_model=KeyPage, responses={**_EXPORTS, **error_responses(404, 422, 503)},
+    "/{view}/keys", response_model=KeyPage, responses={**_EXPORTS, **error_responses(404, 409, 422, 503)},
     summary="List keys with their merged values (paged by cursor; or export as CSV / NDJSON)",
 )
 async def list_keys(
@@ -120,7 +120,8 @@ async def list_keys(
     (read at one generation and realtime version). A page may hold fewer than `limit` rows (a
     selective filter on a later key column: at most 20000 rows are examined per page) and still
     have a `next_cursor`; `next_cursor` is null after the last page. A cursor made for other
-    filters, or not made by this route, is a 422.
+    filters, or not made by this route, is a 422; one made before the view was recomputed under
+    other logic (a changed pipeline: its rows are another set) is a 409: start over.
 
     **Export**: with `Accept: text/csv` (header row: the key columns, `window_start` for windowed
     views, the measures) or `Accept: application/x-ndjson` (one row object per line), every row
