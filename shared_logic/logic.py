@@ -8,7 +8,9 @@ helper module). Whitespace or a comment in the module changes it too: a needless
 cheap, a missed one serves wrong answers.
 
 The batch layer records it in each generation, the speed layer in each realtime segment it writes
-(``serving.store.logic``); readers never combine parts of two fingerprints.
+(``serving.store.logic``); readers never combine parts of two fingerprints. ``pin_code`` makes the
+fingerprint true on Spark's executors too: they run the module's functions (UDFs) as this process
+imported them, never a newer file on disk.
 """
 
 from __future__ import annotations
@@ -41,3 +43,17 @@ def logic_fingerprint(*, module: str, schema: str, event_time_field: str | None,
     }
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
     return digest[:_DIGITS]
+
+
+def pin_code(module: str) -> None:
+    """Ship ``module``'s functions to Spark's Python workers by value (cloudpickle), not by name.
+
+    By name, a worker imports the module itself: after an edit, the file's new code, while this
+    process and its fingerprint still hold the old one (a worker started later, or one on another
+    machine with a newer copy), and its answers would be labelled with the wrong logic."""
+    loaded = sys.modules.get(module)
+    if loaded is None or module == "__main__":  # __main__ is always pickled by value
+        return
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(loaded)

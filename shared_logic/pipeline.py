@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.events import EventSchema
-from shared_logic.logic import logic_fingerprint
+from shared_logic.logic import logic_fingerprint, pin_code
 from shared_logic.views import View
 
 
@@ -75,6 +75,7 @@ class Pipeline(ABC):
             module=cls.__module__, schema=str(self.schema.arrow_schema()), event_time_field=self.event_time_field,
             views=self.views, logic_version=self.logic_version,
         )
+        pin_code(cls.__module__)
 
     @abstractmethod
     def transform(self, events: DataFrame) -> DataFrame:
