@@ -3,9 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The console's page tests drive Debian's chromium through its chromedriver (tests/serving/test_console.py).
+BROWSER := /usr/bin/chromedriver
+APT     := env DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends
 NICE   ?= nice -n 10
 
-.PHONY: install run status lint test test-fast bench clean help
+.PHONY: install browser run status lint test test-fast bench clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -21,6 +24,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)  ## create .venv and install; then `source .venv/bin/activate` puts lambda-platform on PATH
 	@echo "installed: run '$(BIN)/lambda-platform --help', or 'source $(BIN)/activate' first to call lambda-platform"
 
+browser: $(BROWSER)  ## Debian's chromium and chromedriver for the console's page tests (apt-get; as root or with sudo)
+
+$(BROWSER):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO=sudo; else \
+	  echo "chromium is needed by the console's page tests: run 'sudo apt-get install chromium chromium-driver'"; exit 0; fi; \
+	  $$SUDO $(APT) install chromium chromium-driver >/dev/null || { $$SUDO apt-get -q update >/dev/null && $$SUDO $(APT) install chromium chromium-driver >/dev/null; }
+
 run: $(STAMP)  ## set up and start the platform on its embedded defaults
 	$(BIN)/lambda-platform up
 
@@ -32,7 +42,7 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP)  ## set up and run every test tier
+test: $(STAMP) $(BROWSER)  ## set up and run every test tier
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)  ## skip the slow end-to-end tier

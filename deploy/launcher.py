@@ -163,6 +163,7 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
     auth = f'-H "Authorization: Bearer {key}" ' if key else ""
     console.print(
         f"\n[bold]Lambda platform up[/] ({_pipelines(settings)})\n"
+        f"  console:    {base}/console\n"
         f"  API docs:   {base}/docs\n"
         f"  views:      curl {auth}{base}/v1/views\n"
         f"  a key:      curl {auth}{base}/v1/views/{view}/top\n"

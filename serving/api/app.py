@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from batch_layer.errors import SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
 from serving.api.auth import require
+from serving.api.console import install_console
 from serving.api.docs import install_docs
 from serving.api.errors import ConfigurationError, ServingError
 from serving.api.freshness import MasterClock
@@ -48,7 +49,8 @@ correctly it says so: 503 with the reason.
 scopes. `read`: the views (`GET /v1/views...`) and the batch runs (`GET /v1/batch/runs`,
 `GET /v1/batch/runs/{run_id}`); reads need no key while the server binds to a loopback address
 (127.0.0.1, ::1, localhost). `ingest`: `POST /v1/events`. `admin`: `POST /v1/batch/runs`.
-`/healthz`, `/readyz`, `/metrics`, `/docs` and `/openapi.json` are open. No key, or an unknown
+`/healthz`, `/readyz`, `/metrics`, `/docs`, `/openapi.json` and the web console's page
+(`/console`) are open. No key, or an unknown
 one: 401; a key without the scope: 403.
 
 **Times** in `window_start`, `from` and `to` are ISO 8601 (`2024-03-01T09:00:00Z`; no offset
@@ -239,5 +241,6 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
     app.include_router(health.router)
     install_docs(app)
+    install_console(app)
     document_server(app, pipeline, settings.http_host)
     return app

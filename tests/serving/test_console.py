@@ -1,0 +1,191 @@
+"""The web console (``/console``) in Debian's headless chromium against a real API, Redis and Spark.
+
+A batch generation of the composite-key flights pipeline is published from real events and a
+realtime segment written on top of it (as in ``test_key_pages``). Each page is loaded in the
+browser (driven through chromedriver, kept off the network: every host but 127.0.0.1 resolves to
+nothing) and the numbers it shows (each element carries its number raw in ``data-value``) are
+compared with the API's own answers and with a pandas oracle over the events. Screenshots go to
+``test-artifacts/console/`` (``LAMBDA_TEST_ARTIFACTS`` moves it).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from batch_layer.recompute.job import run_batch
+from deploy.settings import Settings
+from shared_logic.registry import load_pipeline
+from tests.serving.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
+from tests.support import ingest_file, key_url, wait_for
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+ADMIN = "console-admin-key"
+#: Flags that keep the browser off the network and quiet (no updates, sync, metrics or first-run pages).
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--disable-extensions", "--disable-default-apps", "--metrics-recording-only",
+         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", "--window-size=1280,1800")
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    folder = Path(os.environ.get("LAMBDA_TEST_ARTIFACTS", "test-artifacts")) / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} missing: `make test` installs Debian's chromium and chromium-driver "
+                    "(as root: apt-get install chromium chromium-driver)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # selenium never looks for a driver online
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    for flag in FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def served(spark: Any, make_settings: Callable[..., Settings], tmp_path: Path) -> dict[str, Any]:
+    """A served generation and a realtime segment over it; the events of both."""
+    settings = make_settings(pipeline=PIPELINE)
+    rng = random.Random(11)
+    first, realtime = flights(rng, 120, AIRPORTS[:4]), flights(rng, 40, AIRPORTS[:5])
+    ingest_file(settings, first, tmp_path / "e1.jsonl")
+    generation = run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url).generation
+    processed = ingest_file(settings, realtime, tmp_path / "e2.jsonl").version
+    write_realtime(spark, settings, generation, realtime, processed)
+    return {"first": first, "realtime": realtime, "generation": generation, "processed": processed}
+
+
+def load(driver: Any, url: str, page: str) -> None:
+    """Open ``url`` and wait until the console has rendered ``page`` from its API answers."""
+    driver.get(url)
+    try:
+        wait_for(lambda: driver.execute_script("return document.body.dataset.loaded") == page, f"the {page} page", 60)
+    except AssertionError as e:
+        shown = driver.execute_script("return document.body.dataset.loaded + ': ' + document.body.innerText")
+        raise AssertionError(f"{e}; the page shows {shown[:2000]!r}; browser log: {driver.get_log('browser')}") from e
+
+
+def values(driver: Any, selector: str, attribute: str = "data-value") -> list[str]:
+    return [e.get_attribute(attribute) for e in driver.find_elements("css selector", selector)]
+
+
+def raw(value: Any) -> str:
+    """How the page carries an API value in ``data-value``: as is, '' for null."""
+    return "" if value is None else str(value)
+
+
+def field(driver: Any, name: str, within: str = "") -> str:
+    (value,) = values(driver, f"{within} [data-field='{name}']".strip())
+    return value
+
+
+@pytest.mark.slow
+def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any], api: Callable[..., Any],
+                                            artifacts: Path) -> None:
+    events = served["first"] + served["realtime"]
+    merged, hourly = oracle(events), oracle(events, hourly=True)
+    with api(pipeline=PIPELINE, api_keys={ADMIN: ["read", "ingest", "admin"]}) as server, \
+            httpx.Client(base_url=server.base_url, timeout=30) as client:
+        console = f"{server.base_url}/console"
+
+        # Overview: the served generation, versions and rows are the API's (GET /v1/views).
+        load(browser, console, "overview")
+        listing = client.get("/v1/views").json()
+        card = "section[data-pipeline='flights']"
+        assert int(field(browser, "generation", card)) == served["generation"] == listing["views"][0]["generation"]
+        assert int(field(browser, "latest_version", card)) == listing["latest_version"] == served["processed"]
+        for name in ("processed_version", "lag_versions"):  # no speed layer runs: null, shown as a dash
+            assert field(browser, name, card) == raw(listing[name])
+        for view in listing["views"]:
+            shown = values(browser, f"{card} tr[data-view='{view['name']}'] [data-field='rows']")
+            assert shown == [str(view["rows"])]
+        assert values(browser, f"{card} tr[data-view='{ALL}'] [data-field='rows']") == [str(len(oracle(served["first"])))]
+        wait_for(lambda: len(browser.find_elements("css selector", f"{card} svg[data-chart='lag'] circle")) >= 2,
+                 "two points on the live lag chart", 30)
+        browser.save_screenshot(str(artifacts / "overview.png"))
+
+        # A view: the top-N chart, and one key's batch, realtime and merged parts (explain=true).
+        key = encoded("JFK", "LAX")
+        assert (key, None) in oracle(served["first"]) and (key, None) in oracle(served["realtime"]), "the key needs both parts"
+        load(browser, f"{console}#/pipelines/flights/views/{ALL}?key={quote(key, safe='')}&n=5&measure=count", "view")
+        top = client.get(f"/v1/views/{ALL}/top", params={"n": 5, "measure": "count"}).json()["top"]
+        bars = browser.find_elements("css selector", "svg[data-chart='top'] g[data-key]")
+        assert [(b.get_attribute("data-key"), int(b.get_attribute("data-value"))) for b in bars] == \
+            [(t["key"], t["value"]) for t in top]
+        counts = sorted((-v["count"], k) for (k, _), v in merged.items())
+        assert [(t["key"], t["value"]) for t in top] == [(k, -c) for c, k in counts[:5]]
+        answer = client.get(key_url(ALL, key), params={"explain": "true"}).json()
+        for measure, value in merged[(key, None)].items():
+            row = f"#explain tr[data-measure='{measure}']"
+            assert int(field(browser, f"value.{measure}", row)) == value == answer["value"][measure]
+            assert int(field(browser, f"batch.{measure}", row)) == answer["explain"]["batch"][measure]
+            assert int(field(browser, f"realtime.{measure}", row)) == answer["explain"]["realtime"][measure]
+        batch_part = oracle(served["first"]).get((key, None), {}).get("count", 0)
+        assert int(field(browser, "batch.count", "#explain")) == batch_part
+        page = client.get(f"/v1/views/{ALL}/keys", params={"limit": 20}).json()
+        assert values(browser, "#keys tr[data-key]", "data-key") == [k["key"] for k in page["keys"]]
+        browser.save_screenshot(str(artifacts / "view.png"))
+
+        # A windowed key over a range: one point per window, the oracle's counts.
+        windows = sorted(ws for (k, ws) in hourly if k == key)
+        start, end = windows[0], windows[-1] + 3600
+        load(browser, f"{console}#/pipelines/flights/views/{HOURLY}?key={quote(key, safe='')}&from={start}&to={end}"
+                      "&measure=count", "view")
+        dots = browser.find_elements("css selector", "svg[data-chart='windows'] circle")
+        want = [hourly[(key, ws)]["count"] for ws in windows]
+        assert [int(d.get_attribute("data-value")) for d in dots] == want
+        ranged = client.get(f"/v1/views/{HOURLY}/keys", params={"limit": 20, "from": start, "to": end}).json()
+        assert values(browser, "#keys tr[data-key]", "data-key") == [k["key"] for k in ranged["keys"]]
+        browser.save_screenshot(str(artifacts / "view-windowed.png"))
+
+        # Batch runs: starting one needs the admin key; entered once, it is kept for the tab's session.
+        load(browser, f"{console}#/pipelines/flights/runs", "runs")
+        assert values(browser, "li[data-run-id]", "data-run-id") == [r["id"] for r in client.get("/v1/batch/runs").json()["runs"]]
+        browser.find_element("id", "run-start").click()
+        wait_for(lambda: "401" in browser.find_element("id", "run-outcome").text, "the refusal without a key", 30)
+        browser.find_element("id", "api-key").send_keys(ADMIN)
+        browser.find_element("id", "api-key-save").click()
+        wait_for(lambda: browser.execute_script("return document.body.dataset.loaded") == "runs", "the runs page", 30)
+        browser.find_element("id", "run-start").click()
+        wait_for(lambda: browser.find_element("id", "run-outcome").get_attribute("data-run-id"), "a queued run", 30)
+        run_id = browser.find_element("id", "run-outcome").get_attribute("data-run-id")
+        run = client.get(f"/v1/batch/runs/{run_id}").json()
+        assert run["status"] == "queued" and run["trigger"] == "api"
+        wait_for(lambda: run_id in values(browser, "li[data-run-id]", "data-run-id"), "the run in the timeline", 30)
+        assert browser.execute_script("return sessionStorage.getItem('lambda.console.apiKey')") == ADMIN
+        assert not browser.get_cookies(), "the key is never a cookie"
+        browser.save_screenshot(str(artifacts / "runs.png"))
+
+
+def test_console_files_are_served_with_a_strict_policy(api: Callable[..., Any]) -> None:
+    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+        page = client.get("/console")
+        assert page.status_code == 200 and "console/console.js" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert client.get("/console/console.js").headers["content-type"].startswith("text/javascript")
+        missing = client.get("/console/app.js")
+        assert missing.status_code == 404 and "console.css" in missing.json()["detail"]
+        assert client.get("/console/..%2Fconsole.py").status_code == 404
+        assert "/console" not in client.get("/openapi.json").json()["paths"]
