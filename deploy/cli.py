@@ -225,17 +225,9 @@ def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
 
 
 def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
-    from deploy.spark import build_spark
-    from deploy.workers import application_name, run_per_pipeline
     from speed_layer.runner import run_speed_layer
 
-    redis_url = _redis_url(settings)
-    spark = build_spark(settings, application_name("speed", settings))
-    stop = stop_on_signals()
-    watch = _watch_code(settings, stop)
-    run_per_pipeline(settings, lambda own, pipeline, stop: run_speed_layer(
-        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what="speed layer")
-    return _stopped("speed layer", watch)
+    return _run_per_pipeline(settings, "speed", "speed layer", run_speed_layer)
 
 
 def _serve(settings: Settings, redis_url: str) -> None:
@@ -258,18 +250,25 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
     from deploy.scheduler import parse_schedule, run_scheduler
-    from deploy.spark import build_spark
-    from deploy.workers import application_name, run_per_pipeline
 
     for name in settings.pipeline_names:  # a bad schedule stops here, before Spark starts
         parse_schedule(settings.for_pipeline(name).batch_schedule)
+    return _run_per_pipeline(settings, "scheduler", "batch scheduler", run_scheduler)
+
+
+def _run_per_pipeline(settings: Settings, role: str, what: str, loop: Callable[..., None]) -> int:
+    """Run ``loop(spark, settings, pipeline, redis_url=, stop=)`` for every pipeline, in one Spark
+    application, until a signal or a change of a pipeline's code stops them (``deploy.workers``)."""
+    from deploy.spark import build_spark
+    from deploy.workers import application_name, run_per_pipeline
+
     redis_url = _redis_url(settings)
-    spark = build_spark(settings, application_name("scheduler", settings))
+    spark = build_spark(settings, application_name(role, settings))
     stop = stop_on_signals()
     watch = _watch_code(settings, stop)
-    run_per_pipeline(settings, lambda own, pipeline, stop: run_scheduler(
-        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what="batch scheduler")
-    return _stopped("batch scheduler", watch)
+    run_per_pipeline(settings, lambda own, pipeline, stop: loop(
+        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what=what)
+    return _stopped(what, watch)
 
 
 def _watch_code(settings: Settings, stop: threading.Event) -> CodeWatch:
