@@ -7,6 +7,7 @@ tests talk HTTP to a real uvicorn server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -163,3 +164,21 @@ def cluster_url(redis_cluster: LocalRedisCluster) -> str:
     for port in redis_cluster.master_ports():
         redis.Redis(port=port).flushall()
     return redis_cluster.url
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless chromium (``tests.browser``), quit after the test."""
+    from tests.browser import start_browser
+
+    driver = start_browser()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Where tests save what a person should look at (screenshots): ``test-artifacts/``, or ``LAMBDA_TEST_ARTIFACTS``."""
+    folder = Path(os.environ.get("LAMBDA_TEST_ARTIFACTS", "test-artifacts"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -3,7 +3,8 @@
 Ingest over HTTP; the merged answer reflects it within seconds; a recompute triggered over HTTP
 leaves every answer unchanged across the generation flip; SIGTERM stops everything; `up` again on
 the same data dir: every acknowledged event is still counted once (oracle: tests/oracle.py over
-the master dataset, plus the test's own tally of what the API acknowledged).
+the master dataset, plus the test's own tally of what the API acknowledged); the web console, in
+headless chromium, shows the running platform as the API answers.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from deploy.settings import load_settings
+from tests.browser import field, load, raw, values
 from tests.speed_layer.conftest import assert_exact, wait_caught_up
 from tests.support import CLICKS_PIPELINE, free_port, wait_for
 
@@ -71,7 +74,24 @@ def _trigger_recompute(http: httpx.Client) -> str:
     raise AssertionError(f"no recompute admitted after 3 tries; last answer: {run.text}")
 
 
-def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
+def _console_shows_the_platform(browser: Any, base: str, run_id: str, artifacts: Path) -> None:
+    """The web console of the running platform shows the speed layer's heartbeat and the versions
+    the API answers, and the recompute triggered over HTTP with every stage through the flip."""
+    load(browser, f"{base}/console", "overview")
+    card = "section[data-pipeline='wordcount']"
+    listing = httpx.get(f"{base}/v1/views", timeout=30).json()
+    for name in ("processed_version", "latest_version", "generation"):
+        want = listing["views"][0]["generation"] if name == "generation" else listing[name]
+        assert field(browser, name, card) == raw(want), name
+    assert "heartbeat" in browser.find_element("css selector", f"{card} [data-field='speed_state']").text
+    browser.save_screenshot(str(artifacts / "up-overview.png"))
+    load(browser, f"{base}/console#/pipelines/wordcount/runs", "runs")
+    assert values(browser, f"li[data-run-id='{run_id}']", "data-run-status") == ["succeeded"]
+    assert values(browser, f"li[data-run-id='{run_id}'] .stage", "data-stage")[-1] == "flip"
+    browser.save_screenshot(str(artifacts / "up-runs.png"))
+
+
+def test_up_ingest_recompute_restart(tmp_path: Path, browser: Any, artifacts: Path) -> None:
     data_dir, port = tmp_path / "data", free_port()
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {KEY}"}
@@ -102,6 +122,7 @@ def test_up_ingest_recompute_restart(tmp_path: Path) -> None:
             assert _count(http, "zebra") == 3 and acknowledged == 3
         version = wait_caught_up(settings)
         assert assert_exact(base, settings, version) > 20
+        _console_shows_the_platform(browser, base, run_id, artifacts)
     finally:
         if process.poll() is None:
             _stop(process, port)

@@ -10,10 +10,8 @@ compared with the API's own answers and with a pandas oracle over the events. Sc
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,44 +22,11 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
+from tests.browser import field, load, raw, values
 from tests.serving.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 from tests.support import ingest_file, key_url, wait_for
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ADMIN = "console-admin-key"
-#: Flags that keep the browser off the network and quiet (no updates, sync, metrics or first-run pages).
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--disable-extensions", "--disable-default-apps", "--metrics-recording-only",
-         "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", "--window-size=1280,1800")
-
-
-@pytest.fixture(scope="module")
-def artifacts() -> Path:
-    folder = Path(os.environ.get("LAMBDA_TEST_ARTIFACTS", "test-artifacts")) / "console"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
-    if missing:
-        pytest.fail(f"{' and '.join(missing)} missing: `make test` installs Debian's chromium and chromium-driver "
-                    "(as root: apt-get install chromium chromium-driver)")
-    os.environ.setdefault("SE_OFFLINE", "true")  # selenium never looks for a driver online
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    for flag in FLAGS:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture
@@ -77,33 +42,11 @@ def served(spark: Any, make_settings: Callable[..., Settings], tmp_path: Path) -
     return {"first": first, "realtime": realtime, "generation": generation, "processed": processed}
 
 
-def load(driver: Any, url: str, page: str) -> None:
-    """Open ``url`` and wait until the console has rendered ``page`` from its API answers."""
-    driver.get(url)
-    try:
-        wait_for(lambda: driver.execute_script("return document.body.dataset.loaded") == page, f"the {page} page", 60)
-    except AssertionError as e:
-        shown = driver.execute_script("return document.body.dataset.loaded + ': ' + document.body.innerText")
-        raise AssertionError(f"{e}; the page shows {shown[:2000]!r}; browser log: {driver.get_log('browser')}") from e
-
-
-def values(driver: Any, selector: str, attribute: str = "data-value") -> list[str]:
-    return [e.get_attribute(attribute) for e in driver.find_elements("css selector", selector)]
-
-
-def raw(value: Any) -> str:
-    """How the page carries an API value in ``data-value``: as is, '' for null."""
-    return "" if value is None else str(value)
-
-
-def field(driver: Any, name: str, within: str = "") -> str:
-    (value,) = values(driver, f"{within} [data-field='{name}']".strip())
-    return value
-
-
 @pytest.mark.slow
 def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any], api: Callable[..., Any],
                                             artifacts: Path) -> None:
+    console_shots = artifacts / "console"
+    console_shots.mkdir(exist_ok=True)
     events = served["first"] + served["realtime"]
     merged, hourly = oracle(events), oracle(events, hourly=True)
     with api(pipeline=PIPELINE, api_keys={ADMIN: ["read", "ingest", "admin"]}) as server, \
@@ -124,7 +67,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
         assert values(browser, f"{card} tr[data-view='{ALL}'] [data-field='rows']") == [str(len(oracle(served["first"])))]
         wait_for(lambda: len(browser.find_elements("css selector", f"{card} svg[data-chart='lag'] circle")) >= 2,
                  "two points on the live lag chart", 30)
-        browser.save_screenshot(str(artifacts / "overview.png"))
+        browser.save_screenshot(str(console_shots / "overview.png"))
 
         # A view: the top-N chart, and one key's batch, realtime and merged parts (explain=true).
         key = encoded("JFK", "LAX")
@@ -146,7 +89,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
         assert int(field(browser, "batch.count", "#explain")) == batch_part
         page = client.get(f"/v1/views/{ALL}/keys", params={"limit": 20}).json()
         assert values(browser, "#keys tr[data-key]", "data-key") == [k["key"] for k in page["keys"]]
-        browser.save_screenshot(str(artifacts / "view.png"))
+        browser.save_screenshot(str(console_shots / "view.png"))
 
         # A windowed key over a range: one point per window, the oracle's counts.
         windows = sorted(ws for (k, ws) in hourly if k == key)
@@ -158,7 +101,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
         assert [int(d.get_attribute("data-value")) for d in dots] == want
         ranged = client.get(f"/v1/views/{HOURLY}/keys", params={"limit": 20, "from": start, "to": end}).json()
         assert values(browser, "#keys tr[data-key]", "data-key") == [k["key"] for k in ranged["keys"]]
-        browser.save_screenshot(str(artifacts / "view-windowed.png"))
+        browser.save_screenshot(str(console_shots / "view-windowed.png"))
 
         # Batch runs: starting one needs the admin key; entered once, it is kept for the tab's session.
         load(browser, f"{console}#/pipelines/flights/runs", "runs")
@@ -176,7 +119,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
         wait_for(lambda: run_id in values(browser, "li[data-run-id]", "data-run-id"), "the run in the timeline", 30)
         assert browser.execute_script("return sessionStorage.getItem('lambda.console.apiKey')") == ADMIN
         assert not browser.get_cookies(), "the key is never a cookie"
-        browser.save_screenshot(str(artifacts / "runs.png"))
+        browser.save_screenshot(str(console_shots / "runs.png"))
 
 
 def test_console_files_are_served_with_a_strict_policy(api: Callable[..., Any]) -> None:
