@@ -278,7 +278,7 @@ async function runsPage(main, pipelineName) {
   const runs = list.runs.map(r => h("li", { class: `run ${r.status}`, "data-run-id": r.id, "data-run-status": r.status },
     h("div", { class: "run-head" }, h("span", { class: `badge ${r.status}` }, r.status), " ", h("code", {}, r.id), ` ${r.trigger}${r.force ? ", forced" : ""} · asked ${when(r.requested_at)}`,
       r.finished_at ? ` · ${(r.duration_seconds ?? 0).toFixed(1)} s` : r.started_at ? ` · running since ${when(r.started_at)}` : " · waiting for a scheduler"),
-    h("div", { class: "timeline" }, (r.stages || []).map(st => h("span", {
+    h("div", { class: "timeline", "data-width": Math.max(8, (r.duration_seconds ?? longest) / longest * 100).toFixed(1) }, (r.stages || []).map(st => h("span", {
       class: `stage ${st.seconds === null ? "running" : ""}`, style: null, "data-stage": st.name,
       title: `${st.name}${st.view ? " " + st.view : ""}: ${st.seconds === null ? "running" : st.seconds.toFixed(2) + " s"}${st.count !== null ? `, ${st.count} ${st.unit}` : ""}`,
       "data-width": Math.max(2, (st.seconds || 0) / longest * 100).toFixed(1) }, `${st.name}${st.view ? " " + st.view : ""}${st.count !== null ? ` (${st.count} ${st.unit})` : ""}`))),
@@ -292,7 +292,10 @@ async function runsPage(main, pipelineName) {
         : "no scheduler running: a queued run waits until one starts (lambda-platform batch schedule)"),
       h("p", {}, start, " ", h("label", {}, force, " force (recompute even if nothing changed)"), " — needs a key with the admin scope"), outcome,
       h("ol", { class: "runs", id: "runs" }, runs.length ? runs : h("li", { class: "muted" }, "no runs yet"))));
-  for (const bar of main.querySelectorAll(".stage[data-width]")) bar.style.flexGrow = bar.dataset.width; // CSSOM, allowed by the page's policy
+  // Widths through the CSSOM (the page's policy allows no inline style): a run's bar is as long as
+  // its duration against the longest run's, each stage as long as its share of it.
+  for (const bar of main.querySelectorAll(".timeline[data-width]")) bar.style.width = bar.dataset.width + "%";
+  for (const bar of main.querySelectorAll(".stage[data-width]")) bar.style.flexGrow = bar.dataset.width;
 }
 
 // ---- router --------------------------------------------------------------------------------------
