@@ -17,6 +17,7 @@ and every delta-rs handle is opened here, by :func:`open_table`, with the locati
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,18 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from batch_layer.errors import StorageError
-from batch_layer.master.object_store import Location, join, read_bytes, storage_options, table_uri
+from batch_layer.master.object_store import (
+    Location,
+    delete_files,
+    join,
+    list_files,
+    read_bytes,
+    storage_options,
+    table_uri,
+)
 
-__all__ = ["Commit", "DeltaLogError", "LogHead", "change_feed", "commit_path", "commit_uri", "newest_version",
-           "open_table", "parse_actions", "read_commit"]
+__all__ = ["Commit", "DeltaLogError", "LogHead", "LogTrim", "change_feed", "commit_path", "commit_uri",
+           "newest_version", "open_table", "parse_actions", "read_commit", "trim_log"]
 
 
 class DeltaLogError(StorageError):
@@ -162,3 +171,44 @@ def change_feed(table: Location, first: int, last: int) -> Iterator[pa.RecordBat
     commits carry no change data. Needs ``delta.enableChangeDataFeed`` set at creation."""
     stream = open_table(table).load_cdf(starting_version=first, ending_version=last)
     yield from pa.RecordBatchReader.from_stream(stream)
+
+
+#: Log files ``trim_log`` may delete: commits (and their ``.crc`` checksums) and classic checkpoints
+#: (single or multi-part). Anything else in ``_delta_log`` (``_last_checkpoint``, v2 checkpoints and
+#: their sidecars, log compactions) is never touched.
+_COMMIT_FILE = re.compile(r"(\d{20})\.(?:json|crc)")
+_CHECKPOINT_FILE = re.compile(r"(\d{20})\.checkpoint(?:\.\d{10}\.\d{10})?\.parquet")
+
+
+@dataclass(frozen=True)
+class LogTrim:
+    """What ``trim_log`` did: the checkpoint the log now starts at (None: no checkpoint at or below
+    the version to keep, nothing deleted) and how many files it deleted."""
+
+    starts_at: int | None
+    deleted: int
+
+
+def trim_log(table: Location, keep_from: int) -> LogTrim:
+    """Delete the log files no reader of version ``keep_from`` or later needs.
+
+    A reader of version V loads the newest checkpoint at or below V and the commits after it. So
+    with C the newest checkpoint at or below ``keep_from``, every commit file before C and every
+    older checkpoint can go: versions ``keep_from`` and later (time travel, a snapshot, a
+    streaming source resuming there) read exactly as before; versions before C can no longer be
+    loaded. Nothing is rewritten, and no commit is added (readers and the speed layer see no new
+    version). Each writer's commit cost grows with the number of commit files a listing of the log
+    returns, which is what this keeps small. An idempotency key committed before C stays known to
+    the table (its transaction is in the checkpoint); only its first answer is no longer found.
+    """
+    folder = join(table, "_delta_log")
+    files = [(uri.rsplit("/", 1)[-1], uri) for uri, _ in list_files(folder)]
+    checkpoints = sorted({int(m.group(1)) for name, _ in files if (m := _CHECKPOINT_FILE.fullmatch(name))})
+    below = [c for c in checkpoints if c <= keep_from]
+    if not below:
+        return LogTrim(None, 0)
+    start = below[-1]
+    doomed = [uri for name, uri in files
+              if ((m := _COMMIT_FILE.fullmatch(name)) or (m := _CHECKPOINT_FILE.fullmatch(name))) and int(m.group(1)) < start]
+    delete_files(doomed)
+    return LogTrim(start, len(doomed))

@@ -143,6 +143,16 @@ def list_files(location: Location, suffix: str = "") -> list[tuple[str, int]]:
     return sorted((scheme + p, size) for p, size in found)
 
 
+def delete_files(locations: list[str]) -> None:
+    """Delete the files at ``locations`` (URIs as ``list_files`` gives them); one already gone is fine."""
+    for location in locations:
+        fs, path = filesystem(location)
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
+
 def file_size(location: Location) -> int:
     """The size in bytes of the file at ``location`` (StorageError when there is none)."""
     fs, path = filesystem(location)

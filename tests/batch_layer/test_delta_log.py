@@ -11,19 +11,23 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.delta_log import (
     DeltaLogError,
     LogHead,
+    LogTrim,
     commit_path,
     newest_version,
     parse_actions,
     read_commit,
+    trim_log,
 )
 from batch_layer.master.engines import get_engine
 from batch_layer.master.storage import Appender
@@ -150,3 +154,28 @@ def test_newest_version_and_missing_commits(tmp_path: Path, master: MasterDatase
     assert head.version(refresh=False) == 0  # as of its last look
     assert head.version() == newest_version(master.path) == 1
     assert read_commit(master.path, 2) is None
+
+
+def test_trimming_the_log_keeps_every_version_from_the_one_to_keep(tmp_path: Path, spark: Any) -> None:
+    """Commits before the newest checkpoint at or below ``keep_from`` go; every version from ``keep_from``
+    on reads the same rows (delta-rs and delta-spark, which is also how the speed layer's source reads),
+    a new commit lands after it, and a version before that checkpoint can no longer be loaded.
+    Oracle: version v of the table holds the rows 0..v, one appended per commit."""
+    table = str(tmp_path / "t")
+    for i in range(25):  # a checkpoint every 10 commits (delta-rs writes them after versions 9 and 19)
+        write_deltalake(table, pa.table({"x": [i]}), mode="append", configuration={"delta.checkpointInterval": "10"})
+    log = tmp_path / "t" / "_delta_log"
+    assert trim_log(table, 5) == LogTrim(None, 0), "no checkpoint at or below version 5: nothing may go"
+
+    trimmed = trim_log(table, 15)
+    assert trimmed.starts_at == 9 and trimmed.deleted == 9
+    assert sorted(p.name for p in log.glob("*.json"))[0] == f"{9:020d}.json"
+    for version in range(15, 25):
+        assert sorted(DeltaTable(table, version=version).to_pyarrow_table()["x"].to_pylist()) == list(range(version + 1))
+    assert spark.read.format("delta").option("versionAsOf", 15).load(table).count() == 16
+    assert spark.read.format("delta").load(table).count() == 25
+    write_deltalake(table, pa.table({"x": [25]}), mode="append")
+    assert sorted(DeltaTable(table).to_pyarrow_table()["x"].to_pylist()) == list(range(26))
+    with pytest.raises(DeltaError):
+        DeltaTable(table, version=5)
+    assert trim_log(table, 15) == LogTrim(9, 0), "trimming again deletes nothing more"
