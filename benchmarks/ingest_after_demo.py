@@ -15,7 +15,9 @@ and measures three tables side by side, in rotation for ``--rounds`` rounds:
 * **fresh**: a new master dataset holding one commit of sample events;
 * **demo**: the table after the demo traffic, never compacted (what issue 7 saw: 1,201 files
   after three minutes);
-* **compacted**: the same table after one compaction.
+* **compacted**: the same table after one compaction;
+* **upkept**: the compacted table after the scheduler's log trim (``MasterDataset.trim_log``),
+  keeping ``--keep-versions`` versions below the newest: upkeep as ``up`` runs it.
 
 On each: ``--probes`` single-event ingests through a newly opened appender (an API process
 that just started; first commit excluded), the latency of opening the table (what every new
@@ -47,7 +49,7 @@ from batch_layer.master.engines import get_engine
 from deploy.samples import sample_events
 from shared_logic.registry import load_pipeline
 
-TABLES = ("fresh", "demo", "compacted")
+TABLES = ("fresh", "demo", "compacted", "upkept")
 
 
 def _master(path: Path) -> MasterDataset:
@@ -107,6 +109,8 @@ def main() -> None:
     parser.add_argument("--cli-probes", type=int, default=20, help="open-append-close ingests per table and round")
     parser.add_argument("--opens", type=int, default=20, help="table opens per table and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep-versions", type=int, default=1_000,
+                        help="upkept table: versions kept below the newest (LAMBDA_MASTER_LOG_KEEP_VERSIONS)")
     parser.add_argument("--dir", type=Path, help="work folder (default: a temporary one, removed after)")
     args = parser.parse_args()
 
@@ -123,6 +127,13 @@ def main() -> None:
         result = _master(paths["compacted"]).compact()
         print(f"compaction: {result.files_removed:,} files into {result.files_added} in "
               f"{time.perf_counter() - started:.1f}s; {describe(paths['compacted'])}")
+        shutil.copytree(paths["compacted"], paths["upkept"])
+        upkept = _master(paths["upkept"])
+        keep_from = upkept.latest_version() - args.keep_versions
+        trim = upkept.trim_log(keep_from)
+        print(f"upkeep (what the scheduler does after a compaction, the served generation and the speed layer at "
+              f"version {keep_from:,}): log trimmed to the checkpoint of version {trim.starts_at}, {trim.deleted:,} "
+              f"files deleted; {describe(paths['upkept'])}")
         fresh = _master(paths["fresh"])
         fresh.append(_events(fresh, 2_000, seed=7))
         print(f"fresh: {describe(paths['fresh'])}\n")

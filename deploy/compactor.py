@@ -6,6 +6,14 @@ scheduler therefore compacts the master dataset (OPTIMIZE) every ``LAMBDA_MASTER
 or once ``LAMBDA_MASTER_COMPACT_COMMITS`` commits landed since its last compaction, whichever
 comes first. A compaction commit changes no data (``dataChange = false``): the speed layer skips
 it and snapshots at older versions still read the old files, so answers never change.
+
+After each compaction the master's log is trimmed (``MasterDataset.trim_log``): commit files before
+the newest checkpoint at or below the oldest version anyone still reads are deleted. That version is
+the lowest of the served generation (its barrier: time travel and the realtime segment start there),
+the speed layer's last processed version (it reads every commit after it) and the newest version
+less ``LAMBDA_MASTER_LOG_KEEP_VERSIONS``; a recompute starts at a barrier after all of them. With
+either version unknown (Redis unreachable, nothing served yet) the log is left alone. Trimming adds
+no commit, so nothing downstream sees a new version.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass
 
 from batch_layer.errors import BatchLayerError
 from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.delta_log import LogTrim
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +45,18 @@ class MasterCompactor:
     """Decides when to compact the master dataset and does it; remembers its last compaction."""
 
     def __init__(self, master: MasterDataset, *, every_seconds: float | None, every_commits: int,
-                 check_seconds: float = CHECK_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 check_seconds: float = CHECK_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 needed: Callable[[], int | None] | None = None, keep_versions: int = 1_000) -> None:
         self.master = master
         self.every_seconds, self.every_commits, self.check_seconds = every_seconds, every_commits, check_seconds
         self._now = clock
+        #: The oldest master version a reader still needs (None: unknown, do not trim); no trimming without it.
+        self.needed, self.keep_versions = needed, keep_versions
         self.last: Compacted | None = None
+        self.compacted_at: int | None = None  # the version of this process's last compaction commit
+        #: The last log trim and what it kept from (for ``summary``).
+        self.last_trim: tuple[LogTrim, int] | None = None
+        self.last_error: str | None = None
         self._since_version: int | None = None  # the version the count of new commits starts at
         self._since_time = self._now()
         self._checked = float("-inf")
@@ -74,15 +90,47 @@ class MasterCompactor:
             result = self.master.compact()
         except (BatchLayerError, OSError) as e:
             log.warning("compacting the master dataset failed (tried again later): %s", e)
+            self.last_error = f"compaction failed: {e}"
             return None
         self._since_time = self._now()
+        self.last_error = None
+        self._trim(result.version if result.version is not None else base)
         if result.version is None:
             self._since_version = base
             return None
-        self._since_version = result.version
+        self._since_version = self.compacted_at = result.version
         # Only a compaction right after ``base`` tells that nothing but it came after ``base``.
         self.last = Compacted(result.version, base) if result.version == base + 1 else None
         return self.last
+
+    def _trim(self, latest: int) -> None:
+        """Trim the log to the oldest version still needed; never raises (a failure is logged and shown)."""
+        if self.needed is None:
+            return
+        try:
+            needed = self.needed()
+            if needed is None:
+                log.debug("master log not trimmed: the oldest version still needed is unknown")
+                return
+            keep_from = max(0, min(needed, latest - self.keep_versions))
+            self.last_trim = (self.master.trim_log(keep_from), keep_from)
+        except (BatchLayerError, OSError) as e:
+            log.warning("trimming the master dataset's log failed (tried again after the next compaction): %s", e)
+            self.last_error = f"log trim failed: {e}"
+
+    def summary(self) -> str | None:
+        """One line on this process's last upkeep of the master dataset (for ``status`` and the console)."""
+        parts = []
+        if self.compacted_at is not None:
+            parts.append(f"compacted at version {self.compacted_at}")
+        if self.last_trim is not None:
+            trim, keep_from = self.last_trim
+            parts.append(f"log keeps every version from {keep_from}" + (
+                f" (starts at the checkpoint of version {trim.starts_at}; {trim.deleted} files deleted last time)"
+                if trim.starts_at is not None else " (no checkpoint below it yet: nothing deleted)"))
+        if self.last_error:
+            parts.append(self.last_error)
+        return "; ".join(parts) or None
 
     def unchanged_since(self, served: int, latest: int) -> bool:
         """True when the master dataset's data is the same at ``latest`` as at ``served``: the same

@@ -41,6 +41,7 @@ from batch_layer.recompute.stages import StageRecord
 from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.generations import served_generation
+from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
 from serving.store.logic import generation_logic, waiting_for
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
@@ -85,7 +86,8 @@ class BatchScheduler:
         self.keys = Keys(pipeline.name)
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
-                                         every_commits=settings.master_compact_commits)
+                                         every_commits=settings.master_compact_commits,
+                                         needed=self.oldest_needed_version, keep_versions=settings.master_log_keep_versions)
         self.started_at = time.time()
         #: When to look next whether nothing is served while the master dataset holds data.
         self.unserved_check_at = 0.0
@@ -167,6 +169,20 @@ class BatchScheduler:
             "events": result.events, "rows": dict(result.view_rows), "recompute_id": result.run_id,
         }
 
+    def oldest_needed_version(self) -> int | None:
+        """The oldest master version a reader still needs: the served generation (its barrier) or the speed
+        layer's last processed version, whichever is lower; None when nothing is served or Redis cannot tell."""
+        try:
+            client = self.registry.client
+            served = served_generation(client, self.keys)
+            processed = SpeedHeartbeat.from_hash(client.hgetall(self.keys.speed)).processed
+        except redis.RedisError as e:
+            log.debug("oldest needed master version unknown: %s", e)
+            return None
+        if served is None:
+            return None
+        return served if processed is None else min(served, processed)
+
     def logic_pending(self, served: int) -> bool:
         """Generation ``served`` is of other logic than this code's, or the speed layer (running this code's logic)
         cannot write its segment and waits for a generation of it: either way a recompute is due now."""
@@ -197,7 +213,7 @@ class BatchScheduler:
     def announce(self) -> None:
         """Tell the registry this scheduler is alive, with its schedule, next tick and Spark UI address."""
         self.registry.announce(self.owner, schedule=self.schedule.text if self.schedule else None,
-                               started_at=self.started_at, next_run_at=self.next_due,
+                               started_at=self.started_at, next_run_at=self.next_due, upkeep=self.compactor.summary(),
                                ttl_seconds=max(10.0, self.lease_seconds), ui_url=self.spark.sparkContext.uiWebUrl)
 
 

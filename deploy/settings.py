@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     master_compact_commits: int = Field(
         1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
     )
+    master_log_keep_versions: int = Field(
+        1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
+                                 "versions, besides every version the served generation and the speed layer still read.",
+    )
     # Spark on a cluster: code on the executors, and what operators see (deploy/spark.py, deploy/shipping.py).
     spark_executor_python: str | None = Field(
         None, description="Python the executors run (a path valid on every worker); unset: the driver's own "

@@ -184,8 +184,9 @@ def _scheduler(registry: RunRegistry) -> Part:
     schedule = f"schedule {first.schedule}" if first.schedule else "on-demand runs only"
     more = f" ({len(alive)} schedulers)" if len(alive) > 1 else ""
     ui = f", Spark UI {first.ui_url}" if first.ui_url else ""
-    return Part("scheduler", True, f"{schedule}{when}{more}{ui}",
-                {"schedulers": len(alive), "schedule": first.schedule, "spark_ui": first.ui_url})
+    upkeep = f"; upkeep: {first.upkeep}" if first.upkeep else ""
+    return Part("scheduler", True, f"{schedule}{when}{more}{ui}{upkeep}",
+                {"schedulers": len(alive), "schedule": first.schedule, "spark_ui": first.ui_url, "upkeep": first.upkeep})
 
 
 def _last_run(registry: RunRegistry) -> Part:

@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
+from batch_layer.master.delta_log import LogTrim, trim_log
 from batch_layer.master.engines import get_engine
 from batch_layer.master.file_formats import SourceFile, source_files, validated_chunks
 from batch_layer.master.object_store import Location
@@ -127,6 +128,15 @@ class MasterDataset:
             log.info("master dataset compacted at version %d: %d files into %d", result.version,
                      result.files_removed, result.files_added)
         return result
+
+    def trim_log(self, keep_from: int) -> LogTrim:
+        """Delete the log's commit files no reader of version ``keep_from`` or later needs
+        (``delta_log.trim_log``): what keeps each ingest commit as cheap as on a fresh table."""
+        trimmed = trim_log(self.path, keep_from)
+        if trimmed.deleted:
+            log.info("master dataset log trimmed: %d files before the checkpoint at version %s (keeping every "
+                     "version from %d)", trimmed.deleted, trimmed.starts_at, keep_from)
+        return trimmed
 
     def append(self, events: pa.Table | pa.RecordBatchReader, **txn: object) -> int:
         """Append already-validated events in one commit; returns the master version holding them.

@@ -120,3 +120,5 @@ class SchedulerInfo:
     seen_at: float
     next_run_at: float | None
     ui_url: str | None = None
+    upkeep: str | None = None
+    """Its last upkeep of the master dataset (compaction, log trim), one line."""

@@ -171,13 +171,14 @@ class RunRegistry:
 
     # --- scheduler presence ---------------------------------------------------------------------
     def announce(self, owner: str, *, schedule: str | None, started_at: float, next_run_at: float | None,
-                 ttl_seconds: float = 10.0, ui_url: str | None = None) -> None:
+                 ttl_seconds: float = 10.0, ui_url: str | None = None, upkeep: str | None = None) -> None:
         """Say that scheduler ``owner`` is alive (for ``ttl_seconds``), with its schedule (and Spark UI)."""
         key = self.keys.batch_scheduler(owner)
         pipe = self.client.pipeline(transaction=True)
         pipe.hset(key, mapping={
             "owner": owner, "schedule": schedule or "", "started_at": started_at, "seen_at": time.time(),
             "next_run_at": "" if next_run_at is None else next_run_at, "ui_url": ui_url or "",
+            "upkeep": upkeep or "",
         })
         pipe.pexpire(key, int(ttl_seconds * 1000))
         pipe.zadd(self.keys.batch_schedulers, {owner: started_at})
@@ -201,6 +202,6 @@ class RunRegistry:
                 owner=owner, schedule=values.get("schedule") or None, started_at=float(values["started_at"]),
                 seen_at=float(values["seen_at"]),
                 next_run_at=float(values["next_run_at"]) if values.get("next_run_at") else None,
-                ui_url=values.get("ui_url") or None,
+                ui_url=values.get("ui_url") or None, upkeep=values.get("upkeep") or None,
             ))
         return alive

@@ -109,3 +109,42 @@ def test_compaction_is_due_after_k_commits_or_n_minutes_with_new_commits(tmp_pat
     assert not off.enabled and off.maybe_compact() is None
     rows = pa.Table.from_batches(DeltaTable(str(settings.master_path)).to_pyarrow_dataset().to_batches())
     assert sorted(rows.column("text").to_pylist()) == ["a", "b", "c", "d", "e"]
+
+
+def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_read(spark, make_settings, api) -> None:
+    """After a compaction the scheduler trims the master's log: commit files before the newest checkpoint
+    at or below the served generation go, time travel to that generation still reads every event it
+    covers, and a speed layer starting after it still answers exactly (oracle: the events appended,
+    counted here, and plain Python over the master dataset as stored)."""
+    settings = make_settings(master_compact_every="off", master_compact_commits=1, master_log_keep_versions=0)
+    pipeline = load_pipeline(settings.pipeline)
+    texts = WORDS * 20
+    one_commit_per_event(settings, texts)
+    run = run_now(spark, settings, pipeline, redis_url=settings.redis_url)
+    assert run.status == "succeeded" and run.events == len(texts)
+    one_commit_per_event(settings, ["after the barrier", "alpha"])
+    log_dir = settings.master_path / "_delta_log"
+    commits_before = len(list(log_dir.glob("*.json")))
+
+    scheduler = BatchScheduler(spark, settings, pipeline, redis_url=settings.redis_url)
+    try:
+        assert scheduler.oldest_needed_version() == run.generation, "no speed layer yet: the served generation"
+        scheduler.compactor.check_seconds = 0
+        scheduler.compactor.maybe_compact()  # counts commits from its first look
+        one_commit_per_event(settings, ["omega"])
+        assert scheduler.compactor.maybe_compact() is not None
+        trim, keep_from = scheduler.compactor.last_trim
+        assert keep_from == run.generation and trim.starts_at is not None and trim.starts_at <= run.generation
+        assert trim.deleted > 0 and f"log keeps every version from {run.generation}" in scheduler.compactor.summary()
+    finally:
+        scheduler.close()
+    first_commit = min(int(p.stem) for p in log_dir.glob("*.json"))
+    assert first_commit == trim.starts_at and len(list(log_dir.glob("*.json"))) < commits_before
+    served = DeltaTable(str(settings.master_path), version=run.generation).to_pyarrow_table()
+    events = [t for t in served["text"].to_pylist() if t is not None]  # barrier rows carry no event
+    assert sorted(events) == sorted(texts), "time travel to the served generation"
+
+    latest = one_commit_per_event(settings, ["zeta"])
+    with running_speed_layer(spark, settings), api() as server:
+        assert wait_caught_up(settings) == latest
+        assert assert_exact(server.base_url, settings, latest) >= 8

@@ -290,6 +290,7 @@ async function runsPage(main, pipelineName) {
     h("section", { class: "card" }, h("h2", {}, "Batch runs of ", p.name),
       h("p", {}, list.schedulers.length ? `${list.schedulers.length} scheduler(s): ${list.schedulers.map(x => `${x.schedule || "on demand"}, next ${when(x.next_run_at)}`).join("; ")}`
         : "no scheduler running: a queued run waits until one starts (lambda-platform batch schedule)"),
+      list.schedulers.filter(x => x.upkeep).map(x => h("p", { class: "small", "data-field": "upkeep" }, `Upkeep of the master dataset: ${x.upkeep}`)),
       h("p", {}, start, " ", h("label", {}, force, " force (recompute even if nothing changed)"), " — needs a key with the admin scope"), outcome,
       h("ol", { class: "runs", id: "runs" }, runs.length ? runs : h("li", { class: "muted" }, "no runs yet"))));
   // Widths through the CSSOM (the page's policy allows no inline style): a run's bar is as long as

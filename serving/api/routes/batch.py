@@ -117,6 +117,8 @@ class SchedulerStatus(BaseModel):
     started_at: datetime = Field(description="When it started (UTC).")
     seen_at: datetime = Field(description="When it last announced itself (UTC).")
     next_run_at: datetime | None = Field(default=None, description="Its next scheduled tick (UTC).")
+    upkeep: str | None = Field(default=None, description="Its last upkeep of the master dataset (compaction, log "
+                                                         "trim), or what failed; null before the first one.")
 
 
 class BatchRunList(BaseModel):
@@ -157,7 +159,7 @@ def _info(pipeline: str, run: BatchRun) -> BatchRunInfo:
 def _scheduler(info: SchedulerInfo) -> SchedulerStatus:
     return SchedulerStatus(
         owner=info.owner, schedule=info.schedule, started_at=_time(info.started_at), seen_at=_time(info.seen_at),
-        next_run_at=_time(info.next_run_at),
+        next_run_at=_time(info.next_run_at), upkeep=info.upkeep,
     )
 
 
