@@ -7,13 +7,16 @@ or once ``LAMBDA_MASTER_COMPACT_COMMITS`` commits landed since its last compacti
 comes first. A compaction commit changes no data (``dataChange = false``): the speed layer skips
 it and snapshots at older versions still read the old files, so answers never change.
 
-After each compaction the master's log is trimmed (``MasterDataset.trim_log``): commit files before
+After each compaction the master is vacuumed (``MasterDataset.vacuum``: the files compactions removed,
+once no version still read needs them and their removal is ``LAMBDA_MASTER_VACUUM_RETENTION_HOURS``
+old) and its log is trimmed (``MasterDataset.trim_log``): commit files before
 the newest checkpoint at or below the oldest version anyone still reads are deleted. That version is
 the lowest of the served generation (its barrier: time travel and the realtime segment start there),
 the speed layer's last processed version (it reads every commit after it) and the newest version
 less ``LAMBDA_MASTER_LOG_KEEP_VERSIONS``; a recompute starts at a barrier after all of them. With
 either version unknown (Redis unreachable, nothing served yet) the log is left alone. Trimming adds
-no commit, so nothing downstream sees a new version.
+no commit; VACUUM records two commits that change no data, which the scheduler does not count as a
+change (``MasterDataset.data_changed``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from batch_layer.errors import BatchLayerError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.delta_log import LogTrim
+from batch_layer.master.vacuum import Vacuumed
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +50,18 @@ class MasterCompactor:
 
     def __init__(self, master: MasterDataset, *, every_seconds: float | None, every_commits: int,
                  check_seconds: float = CHECK_SECONDS, clock: Callable[[], float] = time.monotonic,
-                 needed: Callable[[], int | None] | None = None, keep_versions: int = 1_000) -> None:
+                 needed: Callable[[], int | None] | None = None, keep_versions: int = 1_000,
+                 vacuum_hours: float | None = None) -> None:
         self.master = master
         self.every_seconds, self.every_commits, self.check_seconds = every_seconds, every_commits, check_seconds
         self._now = clock
         #: The oldest master version a reader still needs (None: unknown, do not trim); no trimming without it.
-        self.needed, self.keep_versions = needed, keep_versions
+        self.needed, self.keep_versions, self.vacuum_hours = needed, keep_versions, vacuum_hours
         self.last: Compacted | None = None
         self.compacted_at: int | None = None  # the version of this process's last compaction commit
         #: The last log trim and what it kept from (for ``summary``).
         self.last_trim: tuple[LogTrim, int] | None = None
+        self.last_vacuum: Vacuumed | None = None
         self.last_error: str | None = None
         self._since_version: int | None = None  # the version the count of new commits starts at
         self._since_time = self._now()
@@ -99,8 +105,7 @@ class MasterCompactor:
             self._since_version = base
             return None
         self._since_version = self.compacted_at = result.version
-        # Only a compaction right after ``base`` tells that nothing but it came after ``base``.
-        self.last = Compacted(result.version, base) if result.version == base + 1 else None
+        self.last = Compacted(result.version, base)
         return self.last
 
     def _trim(self, latest: int) -> None:
@@ -113,16 +118,21 @@ class MasterCompactor:
                 log.debug("master log not trimmed: the oldest version still needed is unknown")
                 return
             keep_from = max(0, min(needed, latest - self.keep_versions))
+            if self.vacuum_hours is not None:  # first: it reads the commit after keep_from, which the trim keeps anyway
+                self.last_vacuum = self.master.vacuum(keep_from, floor_hours=self.vacuum_hours)
             self.last_trim = (self.master.trim_log(keep_from), keep_from)
         except (BatchLayerError, OSError) as e:
-            log.warning("trimming the master dataset's log failed (tried again after the next compaction): %s", e)
-            self.last_error = f"log trim failed: {e}"
+            log.warning("vacuum or log trim of the master dataset failed (tried again after the next compaction): %s", e)
+            self.last_error = f"vacuum or log trim failed: {e}"
 
     def summary(self) -> str | None:
         """One line on this process's last upkeep of the master dataset (for ``status`` and the console)."""
         parts = []
         if self.compacted_at is not None:
             parts.append(f"compacted at version {self.compacted_at}")
+        if self.last_vacuum is not None:
+            parts.append(f"vacuum deleted {self.last_vacuum.files_deleted} files (retention "
+                         f"{self.last_vacuum.retention_hours} h)")
         if self.last_trim is not None:
             trim, keep_from = self.last_trim
             parts.append(f"log keeps every version from {keep_from}" + (
@@ -131,8 +141,3 @@ class MasterCompactor:
         if self.last_error:
             parts.append(self.last_error)
         return "; ".join(parts) or None
-
-    def unchanged_since(self, served: int, latest: int) -> bool:
-        """True when the master dataset's data is the same at ``latest`` as at ``served``: the same
-        version, or only this process's compaction of the table at ``served`` came after it."""
-        return latest == served or (self.last is not None and (self.last.version, self.last.base) == (latest, served))

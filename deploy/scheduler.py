@@ -9,8 +9,8 @@ expression, evaluated in UTC). A queued run goes first, and also serves a tick t
 A run is single-flight (``serving.store.runs``): it holds the data dir's file lock and a Redis
 lease renewed by a heartbeat thread. It is *skipped* (and recorded as skipped) when the master
 dataset holds no events yet (nothing is published until it does), and when it has not changed
-since the served generation: its latest version is the served generation's barrier (or only this
-process's compaction came after it). ``force`` (HTTP ``{"force": true}``) recomputes a changed or
+since the served generation: no commit after the served generation's barrier changes data (a
+compaction or a vacuum does not, ``MasterDataset.data_changed``). ``force`` (HTTP ``{"force": true}``) recomputes a changed or
 unchanged master anyway, e.g. after a change of the pipeline's logic. While nothing is served (a
 fresh platform, or Redis lost its data) and the master dataset holds data, a run starts at once,
 without waiting for the schedule; a failed one is tried again after ``UNSERVED_RETRY_SECONDS``.
@@ -87,7 +87,8 @@ class BatchScheduler:
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
                                          every_commits=settings.master_compact_commits,
-                                         needed=self.oldest_needed_version, keep_versions=settings.master_log_keep_versions)
+                                         needed=self.oldest_needed_version, keep_versions=settings.master_log_keep_versions,
+                                         vacuum_hours=settings.master_vacuum_retention_hours)
         self.started_at = time.time()
         #: When to look next whether nothing is served while the master dataset holds data.
         self.unserved_check_at = 0.0
@@ -151,9 +152,10 @@ class BatchScheduler:
             log.info("batch run %s: generation %s holds logic %s, or the speed layer waits for a generation of this "
                      "code's logic %s: recomputing", run.id, served,
                      generation_logic(self.registry.client, self.keys, served) or "unrecorded", self.pipeline.logic)
-        elif served is not None and self.compactor.unchanged_since(served, latest) and not run.force:
+        elif served is not None and not run.force and not self.master.data_changed(served, latest):
             after = ("its latest version is that generation's barrier" if latest == served
-                     else f"only a compaction, version {latest}, came after that generation's barrier")
+                     else f"only commits that change no data (compaction, vacuum) came after that generation's "
+                          f"barrier, through version {latest}")
             reason = f"the master dataset has not changed since generation {served} ({after})"
             log.info("batch run %s skipped: %s", run.id, reason)
             return "skipped", {"skip_reason": reason, "generation": served}

@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     master_compact_commits: int = Field(
         1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
     )
+    master_vacuum_retention_hours: float = Field(
+        168, ge=0, description="After each compaction the master is vacuumed: the files compactions removed are deleted "
+                               "once their removal is this old and no version still read needs them.",
+    )
     master_log_keep_versions: int = Field(
         1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
                                  "versions, besides every version the served generation and the speed layer still read.",

@@ -20,12 +20,13 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
-from batch_layer.master.delta_log import LogTrim, trim_log
+from batch_layer.master.delta_log import LogTrim, read_commit, trim_log
 from batch_layer.master.engines import get_engine
 from batch_layer.master.file_formats import SourceFile, source_files, validated_chunks
 from batch_layer.master.object_store import Location
 from batch_layer.master.schema_evolution import SchemaEvolution, plan_evolution
 from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
+from batch_layer.master.vacuum import Vacuumed, vacuum_table
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
@@ -128,6 +129,24 @@ class MasterDataset:
             log.info("master dataset compacted at version %d: %d files into %d", result.version,
                      result.files_removed, result.files_added)
         return result
+
+    def data_changed(self, after: int, through: int) -> bool:
+        """Whether any commit after version ``after`` through ``through`` changes rows (a compaction or a
+        VACUUM does not; a commit file no longer in the log counts as a change)."""
+        for version in range(after + 1, through + 1):
+            commit = read_commit(self.path, version)
+            if commit is None or commit.changes_data:
+                return True
+        return False
+
+    def vacuum(self, keep_from: int, *, floor_hours: float) -> Vacuumed:
+        """Delete the files compactions removed that no version from ``keep_from`` on reads, once their
+        removal is ``floor_hours`` old (``batch_layer.master.vacuum``)."""
+        done = vacuum_table(self.path, keep_from, floor_hours=floor_hours, what="the master dataset")
+        if done.files_deleted:
+            log.info("master dataset vacuumed: %d files deleted (retention %d h, every version from %d kept)",
+                     done.files_deleted, done.retention_hours, keep_from)
+        return done
 
     def trim_log(self, keep_from: int) -> LogTrim:
         """Delete the log's commit files no reader of version ``keep_from`` or later needs

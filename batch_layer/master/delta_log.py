@@ -74,6 +74,19 @@ class Commit:
         txns = (a["txn"] for a in self.actions if isinstance(a.get("txn"), Mapping))
         return {t["appId"]: t["version"] for t in txns if "appId" in t}
 
+    @property
+    def changes_data(self) -> bool:
+        """Whether readers see other rows after it: an ``add`` or ``remove`` with ``dataChange`` (or a
+        ``metaData`` change). Compaction (OPTIMIZE) and VACUUM commits do not."""
+        for action in self.actions:
+            if "metaData" in action:
+                return True
+            for kind in ("add", "remove"):
+                body = action.get(kind)
+                if isinstance(body, Mapping) and body.get("dataChange", True):
+                    return True
+        return False
+
     def records_transaction(self, app_id: str) -> bool:
         return app_id in self.app_transactions
 

@@ -6,6 +6,8 @@
   served generation's barrier.
 * A compaction is not a change: the scheduler's next run is skipped ("not changed"), and runs
   again once events arrive.
+* After a compaction the log is trimmed and the master vacuumed down to the oldest version still
+  read: time travel to the served generation and a speed layer starting after it stay exact.
 * When compaction is due: after K commits, or after N minutes with new commits (a fake clock).
 """
 
@@ -116,7 +118,8 @@ def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_re
     at or below the served generation go, time travel to that generation still reads every event it
     covers, and a speed layer starting after it still answers exactly (oracle: the events appended,
     counted here, and plain Python over the master dataset as stored)."""
-    settings = make_settings(master_compact_every="off", master_compact_commits=1, master_log_keep_versions=0)
+    settings = make_settings(master_compact_every="off", master_compact_commits=1, master_log_keep_versions=0,
+                             master_vacuum_retention_hours=0)
     pipeline = load_pipeline(settings.pipeline)
     texts = WORDS * 20
     one_commit_per_event(settings, texts)
@@ -136,6 +139,8 @@ def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_re
         trim, keep_from = scheduler.compactor.last_trim
         assert keep_from == run.generation and trim.starts_at is not None and trim.starts_at <= run.generation
         assert trim.deleted > 0 and f"log keeps every version from {run.generation}" in scheduler.compactor.summary()
+        # The compaction's commit came after the served generation: the files it removed are still read.
+        assert scheduler.compactor.last_vacuum.files_deleted == 0 and "vacuum deleted 0 files" in scheduler.compactor.summary()
     finally:
         scheduler.close()
     first_commit = min(int(p.stem) for p in log_dir.glob("*.json"))
