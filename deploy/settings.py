@@ -114,6 +114,10 @@ class Settings(BaseSettings):
         168, ge=0, description="After each compaction the master is vacuumed: the files compactions removed are deleted "
                                "once their removal is this old and no version still read needs them.",
     )
+    gold_keep_generations: int = Field(
+        3, ge=2, description="Generations of each view's gold table kept readable by time travel (the served one "
+                             "always); older ones' files are vacuumed after each served flip.",
+    )
     master_log_keep_versions: int = Field(
         1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
                                  "versions, besides every version the served generation and the speed layer still read.",

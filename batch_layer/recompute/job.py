@@ -19,13 +19,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from batch_layer.errors import PublishError
+from batch_layer.errors import PublishError, StorageError
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.master.object_store import join
 from batch_layer.recompute import publish
-from batch_layer.recompute.gold import write_generation
+from batch_layer.recompute.gold import prune_generations, write_generation
 from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
@@ -50,6 +50,11 @@ class RecomputeConfig(MasterConfig, Protocol):
 
     @property
     def redis_load_chunk(self) -> int: ...
+
+    @property
+    def gold_keep_generations(self) -> int:
+        """Generations of each gold table kept readable by time travel (the served one always)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -129,8 +134,23 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         log.info("run %s: now serving generation %d", run_id, generation)
         satisfy_waiting(client, keys, pipeline.logic)
         publish.drop_stale(client, keys)
+        _prune_gold(settings, pipeline, generation)
     else:
         log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)
     client.close()
     return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows, time.monotonic() - started, flipped,
                           tuple(stages.records))
+
+
+def _prune_gold(settings: RecomputeConfig, pipeline: Pipeline, served: int) -> None:
+    """Keep ``gold_keep_generations`` generations of each view's gold table; a failure is logged, not the run's."""
+    for view in pipeline.views:
+        table = join(settings.gold_uri, view.name)
+        try:
+            pruned = prune_generations(table, keep=settings.gold_keep_generations, served=served)
+        except (StorageError, OSError) as e:
+            log.warning("gold table %s: older generations not pruned (tried again after the next run): %s", table, e)
+            continue
+        if pruned is not None and (pruned.vacuumed.files_deleted or pruned.trimmed.deleted):
+            log.info("gold table %s: every version from %d kept; %d files vacuumed, %d log files trimmed", table,
+                     pruned.keep_from, pruned.vacuumed.files_deleted, pruned.trimmed.deleted)
