@@ -116,8 +116,9 @@ def test_compaction_is_due_after_k_commits_or_n_minutes_with_new_commits(tmp_pat
 def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_read(spark, make_settings, api) -> None:
     """After a compaction the scheduler trims the master's log: commit files before the newest checkpoint
     at or below the served generation go, time travel to that generation still reads every event it
-    covers, and a speed layer starting after it still answers exactly (oracle: the events appended,
-    counted here, and plain Python over the master dataset as stored)."""
+    covers, and a speed layer starting after it still answers exactly; then upkeep and a recompute
+    while the speed layer runs (oracle: the events appended, counted here, and plain Python over the
+    master dataset as stored)."""
     settings = make_settings(master_compact_every="off", master_compact_commits=1, master_log_keep_versions=0,
                              master_vacuum_retention_hours=0)
     pipeline = load_pipeline(settings.pipeline)
@@ -153,3 +154,22 @@ def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_re
     with running_speed_layer(spark, settings), api() as server:
         assert wait_caught_up(settings) == latest
         assert assert_exact(server.base_url, settings, latest) >= 8
+        # Upkeep and a recompute while the speed layer runs: every answer stays exact.
+        scheduler = BatchScheduler(spark, settings, pipeline, redis_url=settings.redis_url)
+        try:
+            scheduler.compactor.check_seconds = 0
+            scheduler.compactor.maybe_compact()
+            one_commit_per_event(settings, WORDS)
+            assert scheduler.compactor.maybe_compact() is not None
+            rerun = scheduler.attempt(queued=False)
+            assert rerun.status == "succeeded", "new events after upkeep are a change"
+            one_commit_per_event(settings, ["eta", "theta"])
+            assert scheduler.compactor.maybe_compact() is not None
+            assert scheduler.compactor.last_trim[1] <= rerun.generation
+            latest = one_commit_per_event(settings, ["iota"])
+        finally:
+            scheduler.close()
+        assert wait_caught_up(settings) == latest
+        assert assert_exact(server.base_url, settings, latest) >= 8
+        again = DeltaTable(str(settings.master_path), version=rerun.generation).to_pyarrow_table()
+        assert len([t for t in again["text"].to_pylist() if t is not None]) == rerun.events
