@@ -9,9 +9,10 @@ the server (412) and delta-rs retries at the next version, so concurrent appends
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,6 +39,9 @@ from batch_layer.master.storage import CommitConflictError, CommittedTransaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Commit races between appenders are retried inside delta-rs; this covers transient I/O faults.
 _retry_io = retry(
@@ -192,7 +196,22 @@ class DeltaRsAppender:
         self._open()
 
     def transaction_version(self, app_id: str) -> int | None:
-        return self._table.transaction_version(app_id)
+        return self._reading(lambda table: table.transaction_version(app_id))
+
+    def _reading(self, read: Callable[[DeltaTable], _T]) -> _T:
+        """``read`` of the handle's state, once more on a reopened handle when a log file it loaded from
+        is gone: upkeep trimmed the log (``delta_log.trim_log``) under a handle opened before the
+        checkpoint it kept, e.g. one idle while other writers committed past the retained versions.
+        Reading is side-effect free, so the second try is safe; the reopened handle starts from that
+        checkpoint."""
+        try:
+            return read(self._table)
+        except DeltaError as e:
+            if "not found" not in str(e).lower():
+                raise
+            log.info("the master dataset's log was trimmed under the ingest handle (%s): reopening it", e)
+            self._open()
+            return read(self._table)
 
     def append(self, data: pa.Table | pa.RecordBatchReader, *, app_transactions: Sequence[tuple[str, int]] = (),
                metadata: Mapping[str, str] | None = None) -> int:
@@ -202,7 +221,7 @@ class DeltaRsAppender:
         return version
 
     def find_transaction(self, app_id: str, *, from_version: int | None = None) -> CommittedTransaction | None:
-        app_version = self._table.transaction_version(app_id)
+        app_version = self.transaction_version(app_id)
         if app_version is None:
             return None
         start = max(0, app_version if from_version is None else from_version)

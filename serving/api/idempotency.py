@@ -22,9 +22,12 @@ in between, Redis losing its data); the Delta log is the source of truth already
 * Two server processes committing the same key at once: Delta's conflict check rejects the
   second commit (same app id in a concurrent commit); that one re-reads the log and answers
   with the first commit's answer.
-* The answer can be found as long as the commit file is in the log (``delta.logRetentionDuration``,
-  30 days by default); an older key is still known to be committed, and is answered with 422
-  saying so. Keys stay in the table state; ``delta.setTransactionRetentionDuration`` expires them.
+* The answer can be found as long as the commit file is in the log: upkeep trims the log after
+  each compaction, keeping at least the newest ``LAMBDA_MASTER_LOG_KEEP_VERSIONS`` commits (and
+  every version a served generation or the speed layer still reads). An older key is still known
+  to be committed (its transaction is in the checkpoint), so a retry writes nothing and is
+  answered with 422 saying so. Keys stay in the table state; ``delta.setTransactionRetentionDuration``
+  expires them.
 """
 
 from __future__ import annotations

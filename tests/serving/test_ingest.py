@@ -323,6 +323,36 @@ def test_idempotency_key_retry_returns_the_first_answer_also_after_a_restart(
     assert_holds_once(settings, expected)
 
 
+def test_a_retry_after_upkeep_trimmed_its_commit_writes_nothing_and_says_so(
+    serve: Callable[..., Any], settings: Settings
+) -> None:
+    """Upkeep's log trim (``LAMBDA_MASTER_LOG_KEEP_VERSIONS``) bounds how long a first answer can be
+    repeated; past it the key is still known (its transaction is in the checkpoint), so a retry is
+    refused with 422 and never counted twice."""
+    events = [payment(1), payment(2)]
+    key = {"Idempotency-Key": "order-7"}
+    with serve() as (_, http):
+        first = http.post("/v1/events", json=events, headers=key)
+        assert first.status_code == 202
+        for i in range(3):
+            assert http.post("/v1/events", json=payment(10 + i)).status_code == 202
+        latest = master_version(settings)
+        assert latest is not None
+        DeltaTable(str(settings.master_path)).create_checkpoint()
+        trimmed = MasterDataset(settings.master_path, load_pipeline(PIPELINE), get_engine("delta-rs")).trim_log(latest)
+        assert trimmed.starts_at == latest and trimmed.deleted > 0
+        retry = http.post("/v1/events", json=events, headers=key)
+        assert retry.status_code == 422, retry.text
+        assert "long ago" in retry.json()["detail"] and "nothing was written" in retry.json()["detail"]
+        assert master_version(settings) == latest
+        # the retry is refused before anything else: a new key with the same events is new events
+        assert http.post("/v1/events", json=[payment(3)], headers={"Idempotency-Key": "order-8"}).status_code == 202
+    # (the change feed from version 0 is gone with the trimmed commits: read the table as it is now)
+    users = [u for u, kind in zip(*DeltaTable(str(settings.master_path)).to_pyarrow_table(
+        columns=["user_id", "_kind"]).to_pydict().values()) if kind == "event"]
+    assert sorted(users) == ["user-1", "user-10", "user-11", "user-12", "user-2", "user-3"]
+
+
 def test_concurrent_retries_of_one_key_write_once(http: httpx.Client, settings: Settings) -> None:
     events = [payment(i) for i in range(5)]
     body = json.dumps(events).encode()
