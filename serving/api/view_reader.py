@@ -8,7 +8,7 @@ segment as of its ``processed`` version, leaving out a micro-batch still being w
 
 On a bucketed store (Redis Cluster, ``serving.store.keys``) a key's rows are all in one bucket,
 so a key read is still one atomic call. A top-N asks every bucket for its candidates (one call
-each, concurrently) and merges them; it accepts the answers only when every bucket answered at
+each, pipelined: one round trip per master) and merges them; it accepts the answers only when every bucket answered at
 the same generation and realtime version, and asks again otherwise (a flip or a micro-batch
 commit fell between the calls), so it never mixes generations or versions either.
 
@@ -31,7 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError, RedisError
 
 from serving.api.errors import UnavailableError
 from serving.store.connection import async_redis_client, is_cluster, store_keys
@@ -278,9 +279,12 @@ class ServingStore:
     async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
         """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts, from
         every bucket at one generation and version (see the module docstring)."""
+        buckets = list(self.keys.all_buckets())
         for _ in range(_CONSISTENT_TRIES):
-            replies = await asyncio.gather(*(self._bucket_top(bucket, view, measure, window_start, n)
-                                             for bucket in self.keys.all_buckets()))
+            args = [[bucket.prefix, view, measure, suffix(window_start), n, ""] for bucket in buckets]
+            first = await self._pipelined(self._top, buckets, args) if len(buckets) > 1 else [None]
+            replies = await asyncio.gather(*(self._bucket_top(bucket, view, measure, window_start, n, reply)
+                                             for bucket, reply in zip(buckets, first)))
             if len({(reply[0], reply[1]) for reply in replies}) == 1:
                 break
             await asyncio.sleep(0.005)
@@ -298,16 +302,45 @@ class ServingStore:
         self._check_view(view, generation, processed, meta)
         return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
 
-    async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int) -> list:
+    async def _pipelined(self, script: AsyncScript, buckets: Sequence[Keys], args: Sequence[list]) -> list[list]:
+        """``script`` on every bucket, each with its ``args``, in one pipeline: one round trip per master on
+        a cluster (redis-py groups the calls by node and sends the nodes' batches concurrently). Each call
+        is still atomic in its bucket; the caller checks that the replies agree on the version."""
+        for attempt in range(2):
+            try:
+                async with self._in_flight:
+                    pipe = self._client.pipeline(transaction=False)
+                    for bucket, call in zip(buckets, args):  # (redis-py blocks pipe.evalsha on a cluster for
+                        pipe.execute_command("EVALSHA", script.sha, 1, bucket.current, *call)  # NOSCRIPT: handled)
+                    replies = await pipe.execute(raise_on_error=False)
+                if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                    await self._client.script_load(script.script)  # every master (a restarted one forgot it)
+                    continue
+            except (RedisError, OSError) as e:
+                raise self._unavailable(e) from e
+            break
+        for reply in replies:
+            if isinstance(reply, (RedisError, OSError)):
+                raise self._unavailable(reply) from reply
+            if reply is None:
+                raise self._nothing_published()
+        return replies
+
+    async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int,
+                          reply: list | None = None) -> list:
         """One bucket's candidates: its top ``n`` batch rows (+ ties, + its realtime rows' count) and its
-        realtime rows, with the generation and version they are at."""
+        realtime rows, with the generation and version they are at. ``reply``: the bucket's answer to the
+        first ask, when it came with the other buckets' (``_pipelined``)."""
         ranked = ""
         for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
-            reply = await self._call(self._top, bucket, [bucket.prefix, view, measure, suffix(window_start), n, ranked])
+            if reply is None:
+                reply = await self._call(self._top, bucket, [bucket.prefix, view, measure, suffix(window_start), n,
+                                                             ranked])
             if not (len(reply) == 3 and reply[1] == b"unranked"):
                 return reply
             ranked = reply[0].decode()
             await self._rank_once(bucket, int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+            reply = None
         raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
 
     async def _rank_once(self, bucket: Keys, generation: int, view: str, measure: str, window_start: int | None,
