@@ -24,6 +24,10 @@ class Measure(ABC):
     kind: ClassVar[str]
     #: True when the value only grows as rows are added (count, sum of non-negatives is NOT assumed).
     additive: ClassVar[bool] = False
+    #: How ``combine`` merges two parts, when it is one of 'sum' (a + b), 'max' or 'min' (None the
+    #: identity): a top-N then merges the store's rankings by a threshold, reading about n keys;
+    #: '' (a measure of your own) makes it read every realtime row instead. Either way it is exact.
+    combines: ClassVar[str] = ""
 
     @property
     def name(self) -> str:
@@ -48,6 +52,7 @@ class Count(Measure):
     """Number of rows. Identity 0, combine +."""
 
     kind: ClassVar[str] = "count"
+    combines: ClassVar[str] = "sum"
     additive: ClassVar[bool] = True
 
     def aggregate(self) -> Column:
@@ -62,6 +67,7 @@ class Sum(Measure):
     """Sum of a numeric column (nulls skipped). Identity 0, combine +."""
 
     kind: ClassVar[str] = "sum"
+    combines: ClassVar[str] = "sum"
     additive: ClassVar[bool] = True
 
     def aggregate(self) -> Column:
@@ -76,6 +82,7 @@ class Min(Measure):
     """Smallest value of a column. Identity: absent (None), combine min."""
 
     kind: ClassVar[str] = "min"
+    combines: ClassVar[str] = "min"
 
     def aggregate(self) -> Column:
         return F.min(self._input()).alias(self.name)
@@ -89,6 +96,7 @@ class Max(Measure):
     """Largest value of a column. Identity: absent (None), combine max."""
 
     kind: ClassVar[str] = "max"
+    combines: ClassVar[str] = "max"
 
     def aggregate(self) -> Column:
         return F.max(self._input()).alias(self.name)

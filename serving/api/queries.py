@@ -259,7 +259,7 @@ async def top_answer(
         raise BadQueryError(f"top-N ranks by a scalar measure; {measure.name!r} is a distinct count. "
                             f"Use one of {[m.name for m in view.scalar_measures]}")
     starts = window_starts(view, window_start, None, None)
-    read = await store.top(view.name, measure.name, starts[0] if starts else None, n)
+    read = await store.top(view.name, measure.name, starts[0] if starts else None, n, measure.combines)
     integral = await integral_measures(store, read.generation.generation, view)
     merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
               for key in read.batch.keys() | read.realtime.keys()}

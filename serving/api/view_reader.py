@@ -44,6 +44,11 @@ from serving.store.replies import text
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
 CLUSTER_IN_FLIGHT = 4
 
+#: A bucket's realtime rows up to which a top-N reads them all rather than merging by a threshold:
+#: reading about n of each list costs more calls than reading a small segment whole (about break-even
+#: at 1,000 rows for top-10 in benchmarks/top_merge_bench.py).
+SMALL_SEGMENT = 1_000
+
 #: How often a top-N asks the buckets again for answers at one version before it answers 503.
 _CONSISTENT_TRIES = 50
 
@@ -103,6 +108,21 @@ class WindowKeys:
 class KeyListing:
     generation: Generation
     windows: list[WindowKeys]
+
+
+@dataclass(frozen=True)
+class TopAsk:
+    """What a top-N asks each bucket (``TOP`` in ``serving.store.read_scripts``)."""
+
+    view: str
+    measure: str
+    window_start: int | None
+    n: int
+    combines: str
+
+    def args(self, bucket: Keys, ranked: str = "") -> list:
+        return [bucket.prefix, self.view, self.measure, suffix(self.window_start), self.n, ranked, self.combines,
+                SMALL_SEGMENT]
 
 
 @functools.lru_cache(maxsize=256)
@@ -276,14 +296,17 @@ class ServingStore:
             counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
         )
 
-    async def top(self, view: str, measure: str, window_start: int | None, n: int) -> TopRead:
+    async def top(self, view: str, measure: str, window_start: int | None, n: int, combines: str = "") -> TopRead:
         """Candidates for the exact top ``n`` keys by ``measure``: their batch and realtime parts, from
-        every bucket at one generation and version (see the module docstring)."""
+        every bucket at one generation and version (see the module docstring). ``combines``: how the
+        measure merges its parts (``Measure.combines``; 'sum', 'max', 'min' read about ``n`` keys per
+        bucket, '' every realtime row)."""
         buckets = list(self.keys.all_buckets())
+        ask = TopAsk(view, measure, window_start, n, combines)
         for _ in range(_CONSISTENT_TRIES):
-            args = [[bucket.prefix, view, measure, suffix(window_start), n, ""] for bucket in buckets]
-            first = await self._pipelined(self._top, buckets, args) if len(buckets) > 1 else [None]
-            replies = await asyncio.gather(*(self._bucket_top(bucket, view, measure, window_start, n, reply)
+            first = await self._pipelined(self._top, buckets, [ask.args(b) for b in buckets]) \
+                if len(buckets) > 1 else [None]
+            replies = await asyncio.gather(*(self._bucket_top(bucket, ask, reply)
                                              for bucket, reply in zip(buckets, first)))
             if len({(reply[0], reply[1]) for reply in replies}) == 1:
                 break
@@ -326,22 +349,21 @@ class ServingStore:
                 raise self._nothing_published()
         return replies
 
-    async def _bucket_top(self, bucket: Keys, view: str, measure: str, window_start: int | None, n: int,
-                          reply: list | None = None) -> list:
+    async def _bucket_top(self, bucket: Keys, ask: TopAsk, reply: list | None = None) -> list:
         """One bucket's candidates: its top ``n`` batch rows (+ ties, + its realtime rows' count) and its
         realtime rows, with the generation and version they are at. ``reply``: the bucket's answer to the
         first ask, when it came with the other buckets' (``_pipelined``)."""
         ranked = ""
         for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
             if reply is None:
-                reply = await self._call(self._top, bucket, [bucket.prefix, view, measure, suffix(window_start), n,
-                                                             ranked])
+                reply = await self._call(self._top, bucket, ask.args(bucket, ranked))
             if not (len(reply) == 3 and reply[1] == b"unranked"):
                 return reply
             ranked = reply[0].decode()
-            await self._rank_once(bucket, int(ranked), view, measure, window_start, _positions(reply[2]).get(measure))
+            await self._rank_once(bucket, int(ranked), ask.view, ask.measure, ask.window_start,
+                                  _positions(reply[2]).get(ask.measure))
             reply = None
-        raise UnavailableError(f"the batch generation of {view!r} kept changing while its ranking was built; ask again")
+        raise UnavailableError(f"the batch generation of {ask.view!r} kept changing while its ranking was built; ask again")
 
     async def _rank_once(self, bucket: Keys, generation: int, view: str, measure: str, window_start: int | None,
                          position: int | None) -> None:

@@ -111,36 +111,89 @@ end
 return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime, dmerged, total}
 """
 
-# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''). Candidates for an exact
-# top n: every key of the realtime segment (R of them) and the batch's top n + R (+ ties): only
-# realtime keys can change.
+# ARGV: prefix, view, measure, suffix, n, generation just ranked (or ''), how the measure combines
+# ('sum', 'max', 'min', or '' when unknown), the realtime rows up to which every one is read (a
+# threshold merge of a small segment reads as much, in more calls). Candidates for an exact top n, answered as
+# {generation, processed, meta, batch-only candidates (key, score...), candidates with a realtime
+# part (key, score...), their batch scores ('' = none)}:
+# * combine known: a threshold merge (Fagin's TA) of the batch ranking and the realtime sorted set,
+#   read in descending pages: every key read is scored exactly (both parts); it stops once n of
+#   them score strictly above what any key not yet read can reach (``bound``: a key not read has
+#   batch <= the last batch score read and realtime <= the last realtime score read, or lacks that
+#   part), so its cost follows n, not the realtime segment's size. Keys of a micro-batch not yet
+#   committed sit in the sorted set at their new score: they are all read, at their saved one.
+# * combine unknown, or a small segment: every key of the realtime segment (R of them) and the batch's top n + R
+#   (+ ties): only realtime keys can change.
 # The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
 # {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
 TOP = HEADER + """
-local measure, sfx, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local measure, sfx, n, combine = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local bz, rz = scores_key(bp, measure, sfx), scores_key(sp, measure, sfx)
 if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
   return {generation, 'unranked', redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'}
 end
-local realtime = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
+local saved = {}
 if uncommitted(sp, measure, sfx) then
-  local undo, saved, kept = redis.call('HGETALL', undo_key(sp, measure, sfx)), {}, {}
+  local undo = redis.call('HGETALL', undo_key(sp, measure, sfx))
   for t = 1, #undo, 2 do saved[undo[t]] = undo[t + 1] end
-  for t = 1, #realtime, 2 do
-    local score = saved[realtime[t]] or realtime[t + 1]
-    if score ~= '' then kept[#kept + 1] = realtime[t]; kept[#kept + 1] = score end
+end
+local top, realtime, under = {}, {}, {}
+if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then
+  local all = redis.call('ZRANGE', rz, 0, -1, 'WITHSCORES')
+  for t = 1, #all, 2 do
+    local score = saved[all[t]] or all[t + 1]
+    if score ~= '' then realtime[#realtime + 1] = all[t]; realtime[#realtime + 1] = score end
   end
-  realtime = kept
+  local want = n + #realtime / 2
+  top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
+  if #top / 2 == want and want > 0 then
+    local last = top[#top]
+    local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
+    for t = 1, #ties do top[#top + 1] = ties[t] end
+  end
+  for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
+  return {generation, processed, meta, top, realtime, under}
 end
-local want = n + #realtime / 2
-local top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
-if #top / 2 == want and want > 0 then
-  local last = top[#top]
-  local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
-  for t = 1, #ties do top[#top + 1] = ties[t] end
+local NONE = -math.huge
+local function merged(b, r)
+  if b == nil then return r elseif r == nil then return b end
+  if combine == 'sum' then return b + r elseif combine == 'max' then return math.max(b, r) end
+  return math.min(b, r)
 end
-local under = {}
-for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
+local function bound(b, r)  -- NONE: no key left in that list
+  if combine == 'sum' and b > NONE and r > NONE then return math.max(b, r, b + r) end
+  return math.max(b, r)
+end
+local seen, above = {}, {}
+local function see(key)
+  if seen[key] then return end
+  seen[key] = true
+  local b = redis.call('ZSCORE', bz, key)
+  local r = saved[key] or redis.call('ZSCORE', rz, key) or ''
+  if r ~= '' then
+    realtime[#realtime + 1] = key; realtime[#realtime + 1] = r; under[#under + 1] = b or ''
+  elseif b then
+    top[#top + 1] = key; top[#top + 1] = b
+  else
+    return
+  end
+  above[#above + 1] = merged(b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
+end
+for key in pairs(saved) do see(key) end
+local lb, lr, at, page = 0, 0, 0, math.max(n, 16)
+while true do
+  local bs = redis.call('ZREVRANGE', bz, at, at + page - 1, 'WITHSCORES')
+  local rs = redis.call('ZREVRANGE', rz, at, at + page - 1, 'WITHSCORES')
+  for t = 1, #bs, 2 do see(bs[t]) end
+  for t = 1, #rs, 2 do see(rs[t]) end
+  lb = #bs < 2 * page and NONE or tonumber(bs[#bs])
+  lr = #rs < 2 * page and NONE or tonumber(rs[#rs])
+  if lb == NONE and lr == NONE then break end
+  local reach, count = bound(lb, lr), 0
+  for _, m in ipairs(above) do if m > reach then count = count + 1 end end
+  if count >= n then break end
+  at, page = at + page, math.min(page * 2, 4096)
+end
 return {generation, processed, meta, top, realtime, under}
 """
 
