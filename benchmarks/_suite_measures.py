@@ -47,6 +47,9 @@ BENCHES = (
           ("--requests", "3000", "--clients", "64", "--batches", "20", "--batch-clients", "4", "--rounds", "1",
            "--quiet-timeout", "5"),
           (), 240),
+    Bench("top_merge", "benchmarks/top_merge_bench.py",
+          ("--batch", "50000", "--realtime", "1000", "50000", "--repeat", "1", "--seconds", "2"),
+          ("--batch", "1000000", "--realtime", "1000", "10000", "50000", "--cluster"), 240),
     Bench("store_size", "benchmarks/store_size_bench.py",
           ("--rows", "10000", "1000000", "--seconds", "2", "--rounds", "3"),
           ("--rows", "10000", "1000000", "10000000", "--seconds", "5"), 300),
@@ -69,6 +72,17 @@ class Measure:
     bench: str | None  # None: no benchmark exists yet
     read: Callable[[Figures], Outcome | None] | None = None  # None from read(): not in this run's figures
     command: str = ""  # what would measure it, shown when it is not measured
+
+
+def _top_merge(f: Figures) -> Outcome | None:
+    one = f.get("one Redis")
+    if not one or len(one) < 2:
+        return None
+    sizes = sorted(one, key=int)
+    small, large = one[sizes[0]], one[sizes[-1]]
+    return Outcome(f"{large['threshold'] / large['every_row']:.1f}x at {int(sizes[-1]):,} realtime rows "
+                   f"({large['threshold']:,.0f} vs {large['every_row']:,.0f} top-10/s); threshold top-10/s "
+                   f"{int(sizes[0]):,} -> {int(sizes[-1]):,} rows: {large['threshold'] / small['threshold']:.2f}x", None)
 
 
 def _cluster(figure: str, unit: str) -> Callable[[Figures], Outcome | None]:
@@ -184,6 +198,8 @@ MEASURES = (
             _cluster("events/s", "events/s")),
     Measure("Redis Cluster 3 masters / 1: key-read throughput (Lua read, no HTTP)", "reported", "cluster_store",
             _cluster("reads/s", "reads/s")),
-    Measure("Redis Cluster 3 masters / 1: top-10 (one call per bucket, merged)", "reported", "cluster_store",
-            _cluster("top/s", "top-10/s")),
+    Measure("Redis Cluster 3 masters / 1: top-10 (every bucket in one pipeline, merged)", "reported",
+            "cluster_store", _cluster("top/s", "top-10/s")),
+    Measure("top-10 with a large realtime segment: threshold merge / every realtime row", "reported", "top_merge",
+            _top_merge),
 )

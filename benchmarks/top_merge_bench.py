@@ -110,7 +110,7 @@ def main() -> None:
     if args.cluster:
         cluster = LocalRedisCluster(root / "cluster").start()
         stores["3-master cluster"] = cluster.url
-    figures: dict[str, float] = {}
+    figures: dict[str, dict[str, dict[str, float]]] = {}
     try:
         for store, url in stores.items():
             for size in args.realtime:
@@ -124,9 +124,7 @@ def main() -> None:
                 med = print_medians(f"{store}: top-{args.n}/s, {args.batch:,} batch rows, {size:,} realtime rows",
                                     runs, baseline=list(MERGES)[1], unit="top/s", higher_is_better=True)
                 fast, slow = (med[name] for name in MERGES)
-                figures[f"{store} R={size} threshold top/s"] = fast
-                figures[f"{store} R={size} every-row top/s"] = slow
-                figures[f"{store} R={size} ratio"] = fast / slow
+                figures.setdefault(store, {})[str(size)] = {"threshold": fast, "every_row": slow}
     finally:
         if cluster is not None:
             cluster.stop()
