@@ -176,6 +176,8 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         reader.start()
         _post(http, rng, 20)
         _wait(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
+        # (on a loaded machine the reader's first answers may come after the catch-up: v1 must be in them)
+        _wait(lambda: any(logic == v1 for *_, logic, _ in list(seen)), "the reader's first answer under v1", 120)
         platform.stop()
 
         platform.start(V2_SOURCE)
