@@ -27,6 +27,14 @@ log = logging.getLogger(__name__)
 _BACKOFF_MAX, _STABLE_AFTER = 30.0, 60.0
 
 
+def _exit(code: int | None) -> str:
+    """A child's exit as people read it: uvicorn, for one, re-raises SIGTERM after its graceful shutdown."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"ended by {signal.Signals(-code).name}"
+    return f"exit {code}"
+
+
 @dataclass
 class Child:
     """One supervised process."""
@@ -84,7 +92,7 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
-        log.info("stopped %s (exit %s)", self.name, self.process.returncode)
+        log.info("stopped %s (%s)", self.name, _exit(self.process.returncode))
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
@@ -112,8 +120,8 @@ class Supervisor:
                     child.restarts = 0
                 delay = min(_BACKOFF_MAX, 0.5 * 2 ** child.restarts)
                 child.next_start = now + delay
-                log.warning("%s exited with %s after %.1fs; restarting in %.1fs (see %s)",
-                            child.name, child.process.returncode, up_for, delay, child.log_path)
+                log.warning("%s ended (%s) after %.1fs; restarting in %.1fs (see %s)",
+                            child.name, _exit(child.process.returncode), up_for, delay, child.log_path)
             elif now >= child.next_start:
                 child.restarts += 1
                 child.next_start = 0.0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from deploy.supervisor import Child, Supervisor
 
@@ -14,7 +17,8 @@ def _child(name: str, code: str, tmp_path: Path) -> Child:
     return Child(name, [sys.executable, "-c", code], dict(os.environ), tmp_path / f"{name}.log")
 
 
-def test_a_dying_child_is_restarted_with_backoff_and_all_stop(tmp_path: Path) -> None:
+def test_a_dying_child_is_restarted_with_backoff_and_all_stop(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="deploy.supervisor")
     starts = tmp_path / "starts"
     crasher = _child("crasher", f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)", tmp_path)
     steady = _child("steady", "import time; time.sleep(600)", tmp_path)
@@ -31,6 +35,7 @@ def test_a_dying_child_is_restarted_with_backoff_and_all_stop(tmp_path: Path) ->
     finally:
         supervisor.stop(grace=5)
     assert not steady.running and steady.process.returncode == -15
+    assert "crasher ended (exit 3)" in caplog.text and "stopped steady (ended by SIGTERM)" in caplog.text
 
 
 _SLOW_TO_STOP = """
