@@ -176,13 +176,14 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
 
 def summarize(commits: Sequence[Commit]) -> dict | None:
     """What a micro-batch over ``commits`` holds, known from their statistics without reading a row:
-    ``{"last": the highest version adding rows (None: no rows), "barriers": versions adding barrier rows}``.
+    ``{"last": the highest version adding rows (None: no rows), "barriers": versions adding barrier rows,
+    "first": the first version it reads, "rows": the rows it adds}``.
 
     None when the statistics cannot tell for certain (then the micro-batch's rows are asked): a commit
     with change data files or data-changing removes, an added file without ``numRecords``, or one whose
     ``_kind`` statistics do not say that all its rows are events or all barriers (min = max).
     """
-    last, barriers = None, []
+    last, barriers, total = None, [], 0
     for commit in commits:
         kinds = set()
         for action in commit.actions:
@@ -197,6 +198,7 @@ def summarize(commits: Sequence[Commit]) -> dict | None:
                 return None
             if rows == 0:
                 continue
+            total += rows
             low, high = stats.get("minValues", {}).get(KIND_COLUMN), stats.get("maxValues", {}).get(KIND_COLUMN)
             if low != high or low not in ("event", "barrier"):
                 return None
@@ -205,4 +207,4 @@ def summarize(commits: Sequence[Commit]) -> dict | None:
             last = commit.version
         if "barrier" in kinds:
             barriers.append(commit.version)
-    return {"last": last, "barriers": barriers}
+    return {"last": last, "barriers": barriers, "first": commits[0].version if commits else None, "rows": total}

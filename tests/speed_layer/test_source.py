@@ -118,8 +118,8 @@ def test_rows_cap_and_rows_over_commits_holding_line_separators(tmp_path: Path) 
 
 
 def test_end_offsets_summarize_their_versions_as_the_rows_do(tmp_path: Path) -> None:
-    """The summary an end offset carries (highest version with rows, barrier versions) is what the rows
-    of its versions say; a commit whose statistics cannot tell gives no summary (the rows are asked)."""
+    """The summary an end offset carries (highest version with rows, barrier versions, first version, rows
+    added) is what the rows of its versions say; a commit whose statistics cannot tell gives no summary (the rows are asked)."""
     import pyarrow as pa
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -137,9 +137,11 @@ def test_end_offsets_summarize_their_versions_as_the_rows_do(tmp_path: Path) -> 
     latest = DeltaTable(str(master.path)).version()
 
     def oracle(first: int, last: int) -> dict:
-        kinds = {v: {dict(row)["_kind"] for row in _rows_added(master.path, v)} for v in range(first, last + 1)}
+        added = {v: _rows_added(master.path, v) for v in range(first, last + 1)}
+        kinds = {v: {dict(row)["_kind"] for row in rows} for v, rows in added.items()}
         with_rows = [v for v, k in kinds.items() if k]
-        return {"last": max(with_rows) if with_rows else None, "barriers": [v for v, k in kinds.items() if "barrier" in k]}
+        return {"last": max(with_rows) if with_rows else None, "barriers": [v for v, k in kinds.items() if "barrier" in k],
+                "first": first, "rows": sum(sum(rows.values()) for rows in added.values())}
 
     for first in range(1, latest + 1):
         for last in range(first, latest + 1):
