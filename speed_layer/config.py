@@ -28,3 +28,6 @@ class SpeedConfig(MasterConfig, Protocol):
 
     @property
     def speed_chunk_rows(self) -> int: ...
+
+    @property
+    def speed_driver_rows(self) -> int: ...

@@ -4,7 +4,9 @@ Each chunk of increments is applied by one Lua call that first checks a guard: t
 micro-batch id applied for (view, partition, chunk) under this streaming query. Spark replays a
 failed micro-batch with the same id and the same data, and the increments are hash-partitioned
 to a fixed number of partitions and sorted, so a replayed chunk is the same chunk: the guard
-makes it a no-op. The same call skips segments below the served generation (they are dead), and
+makes it a no-op. (A small micro-batch is written by the driver, all its increments sorted as one
+part named ``driver``; the speed layer keeps which way a micro-batch went with its plan.) The
+same call skips segments below the served generation (they are dead), and
 refuses to write at all if Redis's epoch marker is not the one the query started with (Redis
 lost its data: the speed layer must rebuild from the served generation instead).
 
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import redis
 from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -275,6 +278,18 @@ def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> in
     return sum(r.rows for r in counts)
 
 
+def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: redis.Redis) -> int:
+    """Apply encoded increments of every view from the driver: one Spark job (the aggregation) fewer than
+    ``write_increments``, for a small micro-batch, whose increments the driver holds at little cost.
+
+    The rows are sorted by the same total order (a replay cuts the same chunks) and guarded under
+    their own part name, ``driver``: a micro-batch is written one way or the other on every attempt
+    (the speed layer records which with the micro-batch's plan)."""
+    table = encoded.toArrow().sort_by([(VIEW, "ascending"), (KEY, "ascending"), (WS, "ascending"),
+                                       (DEPTH, "ascending")])
+    return apply_rows(spec, table, "driver", client)
+
+
 def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
     scalars, distinct = spec.views[view]
     head: list = [keys.prefix, view, "", spec.batch_id, epoch_marker(keys, spec.epoch), spec.tag, len(spec.bases),
@@ -325,18 +340,23 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
 
     context = TaskContext.get()
     assert context is not None, "_apply_partition runs inside a Spark task (mapInArrow)"
-    partition = context.partitionId()
+    # A partition's rows arrive sorted; gather them so chunks do not depend on Arrow batch sizes.
+    gathered = list(batches)
+    rows = apply_rows(spec, pa.Table.from_batches(gathered), str(context.partitionId())) if gathered else 0
+    # repartition(n) runs a task for every partition, empty ones included: each answers its count.
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis | None = None) -> int:
+    """Apply ``table``'s encoded increments (sorted by view, key, window, depth) in guarded chunks named
+    ``view:part:n``, through ``client`` (else a client of its own); returns the rows applied. The same
+    rows in the same order cut the same chunks."""
     keys = store_keys(spec.pipeline, spec.redis_url)
-    client = redis_client(spec.redis_url)
+    own = client is None
+    client = client or redis_client(spec.redis_url)
     apply = client.register_script(_APPLY)
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
-        # A partition's rows arrive sorted; gather them so chunks do not depend on Arrow batch sizes.
-        gathered = list(batches)
-        if not gathered:  # repartition(n) runs a task for every partition, empty ones included
-            yield pa.RecordBatch.from_pydict({"rows": [0]}, schema=pa.schema([("rows", pa.int64())]))
-            return
-        table = pa.Table.from_batches(gathered)
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
         for start, stop in _runs(columns[VIEW], spec.chunk):
             view = columns[VIEW][start]
@@ -344,13 +364,14 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
             for b, indexes in _by_bucket(keys, columns[KEY], start, stop).items():
                 bucket = keys.bucket(b)
                 args = _call_args(bucket, spec, view, columns, indexes)
-                _apply_chunk(apply, bucket, spec, args, f"{view}:{partition}:{chunk_of[view]}")
+                _apply_chunk(apply, bucket, spec, args, f"{view}:{part}:{chunk_of[view]}")
             fault_point("speed-between-chunks")
             chunk_of[view] += 1
             rows += stop - start
     finally:
-        client.close()
-    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+        if own:
+            client.close()
+    return rows
 
 
 @retry(
