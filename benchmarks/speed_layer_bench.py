@@ -1,14 +1,22 @@
 """Speed-layer benchmarks: freshness and sustained throughput, with baselines from the same run.
 
     python benchmarks/speed_layer_bench.py freshness [--events 240 --rate 4]
+    python benchmarks/speed_layer_bench.py freshness-paths [--events 120 --rate 4 --rounds 2]
     python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
     python benchmarks/speed_layer_bench.py compare [--events 500000 --versions 100 --users 1000 50000 --repeat 2]
 
 freshness: the speed layer (trigger at its default, 0.1 s; LAMBDA_SPEED_TRIGGER_SECONDS sets it) and the
 HTTP API run as in production (separate processes); events are ingested one commit each at a steady rate, and for each the time
 from the ingest call returning to the event being visible in the merged answer over HTTP is
-measured. Prints p50/p95/max, and p95 as a ratio of the trigger interval (target: p95 <= 0.5 s), then
-the CPU the idle speed layer (its process, JVM and Python workers) burns over ``--idle-seconds``.
+measured, after ``--warmup`` events ingested and awaited one at a time (the query's first micro-batch
+and the JIT's first few are start-up, not freshness: the first one's time from the speed layer's
+start is printed apart). Prints p50/p95/max, and p95 as a ratio of the trigger interval (target: p95
+<= 0.5 s), then the CPU the idle speed layer (its process, JVM and Python workers) burns over
+``--idle-seconds``.
+
+freshness-paths: freshness with small micro-batches read and written by the speed layer's driver
+(``LAMBDA_SPEED_DRIVER_ROWS``, the default) against every micro-batch going through Spark tasks, in
+rotation; medians and ratios.
 
 throughput: a master dataset of N events in V commits is streamed from scratch by the speed layer
 (in-process, rows capped per micro-batch); events/s = N / time to catch up. Baseline, same run and
@@ -53,34 +61,38 @@ from serving.store.keys import Keys
 from shared_logic import load_pipeline
 
 
-def _tree_cpu(pid: int) -> float:
-    """CPU seconds of process ``pid`` and its descendants (the speed layer's JVM and Python workers)."""
+def _tree_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of process ``pid`` and of each of its descendants (the speed layer's JVM and Python
+    workers), by process id (a reaped child's time counts in its parent's)."""
     import psutil
 
-    total = 0.0
+    found: dict[int, float] = {}
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0.0
+        return found
     for proc in procs:
         try:
             t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            found[proc.pid] = t.user + t.system + t.children_user + t.children_system
         except psutil.Error:
             pass
-    return total
+    return found
 
 
 def idle_cores(pid: int, seconds: float) -> float:
-    """Cores process ``pid``'s tree used over ``seconds`` s with nothing to do."""
-    t0, cpu0 = time.perf_counter(), _tree_cpu(pid)
+    """Cores process ``pid``'s tree used over ``seconds`` s with nothing to do. Per process, so that a
+    worker exiting in between takes nothing off (its time there is lost, a little under-counted)."""
+    t0, before = time.perf_counter(), _tree_cpu(pid)
     time.sleep(seconds)
-    return (_tree_cpu(pid) - cpu0) / (time.perf_counter() - t0)
+    after = _tree_cpu(pid)
+    used = sum(cpu - before.get(p, 0.0) for p, cpu in after.items())
+    return used / (time.perf_counter() - t0)
 
 
 def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10.0,
-              json_path: Path | None = None) -> None:
+              json_path: Path | None = None, speed_env: dict[str, str] | None = None, warmup: int = 5) -> dict[str, float]:
     settings = load_settings(data_dir=data_dir, pipeline="wordcount")
     redis_url = ensure_embedded_redis(settings.redis_dir)
     pipeline = load_pipeline("wordcount")
@@ -91,7 +103,7 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
            "LAMBDA_REDIS_URL": redis_url, "LAMBDA_HTTP_PORT": str(port)}
     cli = [sys.executable, "-m", "deploy.cli"]
     subprocess.run([*cli, "batch", "run"], env=env, check=True, capture_output=True)
-    speed = subprocess.Popen([*cli, "speed", "run"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    speed = subprocess.Popen([*cli, "speed", "run"], env={**env, **(speed_env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     api = subprocess.Popen([*cli, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis_client(redis_url)
     try:
@@ -99,6 +111,13 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
         with httpx.Client(base_url=base, timeout=5) as http:
             wait_for(lambda: http.get("/readyz").status_code == 200, "the API")
             wait_for(lambda: client.hget(Keys("wordcount").speed, "processed") is not None, "the speed layer", 180)
+            # Warm-up, reported apart: the query's first micro-batch and the JIT's first few are start-up.
+            started, first = time.monotonic(), float("nan")
+            for i in range(warmup):
+                master.append(pipeline.schema.validate([{"text": f"warmup{i:03d}"}]))
+                wait_for(lambda i=i: http.get(f"/v1/views/word_counts/keys/warmup{i:03d}").status_code == 200,
+                         "a warm-up event", 180)
+                first = time.monotonic() - started if i == 0 else first
             delays: list[float] = []
             interval = 1.0 / rate
             next_at = time.monotonic()
@@ -117,13 +136,18 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
         trigger = settings.speed_trigger_seconds
         p50, p95 = statistics.median(delays), percentile(delays, 0.95)
         print(f"freshness over {len(delays)} events at {rate:g}/s, trigger {trigger:g} s:")
-        print(f"  p50 {p50:.3f} s   p95 {p95:.3f} s   max {max(delays):.3f} s")
+        print(f"  p50 {p50:.3f} s   p95 {p95:.3f} s   max {max(delays):.3f} s   (after {warmup} warm-up events, the "
+              f"first one visible {first:.2f} s after the speed layer started)")
+        slowest = sorted(range(len(delays)), key=delays.__getitem__)[-8:][::-1]
+        print("  slowest (event #: s): " + ", ".join(f"#{i}: {delays[i]:.2f}" for i in slowest))
         print(f"  p95 / trigger interval = {p95 / trigger:.2f}   (target: p95 <= 0.5 s)")
         print(f"  idle speed layer (process, JVM, Python workers): {idle:.3f} cores over {idle_seconds:g} s")
         if json_path:
             write_figures(json_path, "freshness", {"events": len(delays), "rate": rate, "trigger_s": trigger,
                                                    "p50_s": p50, "p95_s": p95, "max_s": max(delays),
-                                                   "idle_cores": idle, "idle_seconds": idle_seconds})
+                                                   "idle_cores": idle, "idle_seconds": idle_seconds,
+                                                   "warmup_events": warmup, "first_answer_s": first})
+        return {"p50": p50, "p95": p95, "max": max(delays), "idle": idle, "first": first}
     finally:
         for process in (speed, api):
             stop(process, timeout=60)
@@ -216,6 +240,32 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
     stop_embedded_redis(settings.redis_dir)
 
 
+WRITE_PATHS = {"driver (small micro-batches)": {}, "tasks (every micro-batch)": {"LAMBDA_SPEED_DRIVER_ROWS": "0"}}
+
+
+def freshness_paths(args: argparse.Namespace) -> None:
+    """Freshness with small micro-batches read and written by the driver (the default) against every
+    micro-batch going through Spark tasks (``LAMBDA_SPEED_DRIVER_ROWS=0``), in rotation, one fresh
+    platform per run; medians of p50 and p95 and their ratios."""
+    found: dict[str, list[dict[str, float]]] = {name: [] for name in WRITE_PATHS}
+    for round_ in range(args.rounds):
+        for name, env in WRITE_PATHS.items():
+            print(f"\nround {round_ + 1}, {name}", flush=True)
+            data_dir = Path(tempfile.mkdtemp(prefix="lambda-bench-fresh-"))
+            try:
+                found[name].append(freshness(args.events, args.rate, data_dir, args.idle_seconds,
+                                                       speed_env=env, warmup=args.warmup))
+            finally:
+                shutil.rmtree(data_dir, ignore_errors=True)
+    base = "tasks (every micro-batch)"
+    print(f"\nfreshness by write path ({args.events} events at {args.rate:g}/s, {args.rounds} rounds each; medians):")
+    for figure in ("p50", "p95", "first", "idle"):
+        medians = {name: statistics.median(r[figure] for r in runs) for name, runs in found.items()}
+        unit = "cores" if figure == "idle" else "s"
+        print(f"  {figure:4s}: " + "   ".join(f"{name} {value:.3f} {unit}" for name, value in medians.items())
+              + (f"   driver/tasks = {medians['driver (small micro-batches)'] / medians[base]:.2f}x" if figure in ("p50", "p95") else ""))
+
+
 SOURCES = {"delta-rs": "Python source (delta-rs)", "delta-spark": "Delta CDF source (delta-spark)"}
 THROUGHPUT_FIGURES = {"events/s": r"speed layer: ([\d,]+) events/s", "catch-up s": r"\(([\d.]+) s to catch up",
                       "baseline events/s": r"baseline\s*: ([\d,]+) events/s"}
@@ -254,6 +304,7 @@ def main() -> None:
     f.add_argument("--events", type=int, default=240)
     f.add_argument("--rate", type=float, default=4.0, help="events per second")
     f.add_argument("--idle-seconds", type=float, default=10.0, help="how long the idle speed layer's CPU is sampled")
+    f.add_argument("--warmup", type=int, default=5, help="events ingested and awaited one by one before measuring")
     th = sub.add_parser("throughput", help="sustained events/s against Spark's raw aggregation rate")
     th.add_argument("--events", type=int, default=2_000_000)
     th.add_argument("--versions", type=int, default=200)
@@ -264,19 +315,26 @@ def main() -> None:
     for p in (f, th):
         p.add_argument("--data-dir", type=Path, default=None)
         p.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file (for suite.py)")
+    fp = sub.add_parser("freshness-paths", help="freshness with small micro-batches on the driver vs all through tasks")
+    fp.add_argument("--events", type=int, default=120)
+    fp.add_argument("--rate", type=float, default=4.0, help="events per second")
+    fp.add_argument("--idle-seconds", type=float, default=5.0)
+    fp.add_argument("--warmup", type=int, default=5, help="events ingested and awaited one by one before measuring")
+    fp.add_argument("--rounds", type=int, default=2, help="runs of each write path, in rotation (default 2)")
     cmp = sub.add_parser("compare", help="throughput of the Python source vs Delta's CDF source, side by side")
     cmp.add_argument("--events", type=int, default=500_000)
     cmp.add_argument("--versions", type=int, default=100)
     cmp.add_argument("--users", type=int, nargs="+", default=[1_000, 50_000])
     cmp.add_argument("--repeat", type=int, default=2, help="runs of each source per user count (default 2)")
     args = parser.parse_args()
-    if args.which == "compare":
-        compare(args)
-        return
+    if args.which in ("compare", "freshness-paths"):
+        (compare if args.which == "compare" else freshness_paths)(args)
+        sys.stdout.flush()
+        os._exit(0)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="lambda-bench-"))
     try:
         if args.which == "freshness":
-            freshness(args.events, args.rate, data_dir, args.idle_seconds, args.json)
+            freshness(args.events, args.rate, data_dir, args.idle_seconds, args.json, warmup=args.warmup)
         else:
             throughput(args.events, args.versions, args.users, data_dir, args.storage_engine, args.json)
     finally:
