@@ -180,7 +180,8 @@ def test_speed_layer_source_reads_the_master_on_s3(s3_settings) -> None:
     assert reader.reportLatestOffset() == {"version": versions[-1]}
     end = reader.latestOffset({"version": 0}, ReadMaxRows(4))
     assert end["version"] == versions[1], "the row cap (4 rows = 2 commits) read from S3 commit statistics"
-    assert end["summary"] == {"last": versions[1], "barriers": []}, "the micro-batch's summary, from the same statistics"
+    assert end["summary"] == {"last": versions[1], "barriers": [], "first": versions[0], "rows": 4}, (
+        "the micro-batch's summary (its versions and rows), from the same statistics")
     rows = [row for part in reader.partitions({"version": 0}, end) for batch in reader.read(part)
             for row in batch.to_pylist()]
     assert sorted((r["user_id"], r["_version"]) for r in rows) == sorted(
