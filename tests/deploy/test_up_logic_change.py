@@ -194,6 +194,8 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         _wait(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
         latest = _latest(master)
         _wait(lambda: _version(http) >= latest, "v2's speed layer", 300)
+        # (v2 may be served and caught up moments before the reader's next round: v2 must be in its answers)
+        _wait(lambda: any(logic == v2 for *_, logic, _ in list(seen)), "the reader's first answer under v2", 120)
         stop.set()
         reader.join(30)
 
