@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     speed_write_partitions: int = Field(2, ge=1, le=1024, description="Partitions writing increments to Redis.")
     speed_chunk_rows: int = Field(2_000, ge=1, le=3_000, description="View rows per guarded Redis call.")
     speed_driver_rows: int = Field(
-        10_000, ge=0, le=1_000_000, description="Micro-batches adding at most this many master rows are read and "
+        10_000, ge=0, le=100_000, description="Micro-batches adding at most this many master rows are read and "
         "written to Redis by the speed layer's driver, not by Spark tasks: one Spark job instead of two, about half "
         "the time of a small micro-batch (fresher answers). 0: every micro-batch goes through the tasks."
     )

@@ -211,21 +211,20 @@ class SpeedLayer:
         bases, on_driver = self._plan(batch_id, summary)
         rows = 0
         if bases:
-            source = self._read_on_driver(batch, summary) if on_driver else batch
+            source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-            rows = self._apply(events, bases, batch_id, summary.last, on_driver=on_driver)
+            rows = self._apply(events, bases, batch_id, summary.last, on_driver=on_driver is not None)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs)",
                  batch_id, summary.last, rows, bases, " from the driver" if on_driver else "", time.monotonic() - started)
 
-    def _read_on_driver(self, batch: DataFrame, summary: _Summary) -> DataFrame:
-        """The micro-batch's rows read by the driver: versions first..end with the source's own function
-        (``speed_layer.source.read_changes``), in the stream's schema, as a local DataFrame."""
-        assert summary.first is not None and summary.end is not None, "only micro-batches whose offset tells"
+    def _read_on_driver(self, batch: DataFrame, first: int, end: int) -> DataFrame:
+        """The micro-batch's rows read by the driver: versions first..end (both included, as the source's
+        partitions read them) with the source's own function (``speed_layer.source.read_changes``), in the
+        stream's schema, as a local DataFrame."""
         schema = source_schema(self.master.schema)  # what the source reads (speed_layer.input)
-        table = pa.Table.from_batches(list(read_changes(table_uri(self.master.path), summary.first, summary.end, schema)),
-                                      schema=schema)
+        table = pa.Table.from_batches(list(read_changes(table_uri(self.master.path), first, end, schema)), schema=schema)
         # One partition known as one: the views' aggregations then need no shuffle (one stage, not two).
         return self._small_session().createDataFrame(table, schema=batch.schema).coalesce(1)
 
@@ -235,6 +234,9 @@ class SpeedLayer:
         measured about a third faster). Its own SQL settings leave the application's other jobs alone."""
         if self._small is None:
             self._small = self.spark.newSession()
+            for same in _SAME_IN_SMALL_SESSION:  # a new session has the builder's, not the runtime's
+                if (value := self.spark.conf.get(same)) is not None:
+                    self._small.conf.set(same, value)
             self._small.conf.set("spark.sql.shuffle.partitions", "1")
             self._small.conf.set("spark.sql.adaptive.enabled", "false")
         return self._small
@@ -257,9 +259,10 @@ class SpeedLayer:
         assert found is not None, "an aggregate without grouping has exactly one row"
         return _Summary(found[0], sorted(found[1]))
 
-    def _plan(self, batch_id: int, summary: _Summary) -> tuple[list[int], bool]:
-        """The segment bases of this micro-batch, and whether the driver reads and writes it (a small one
-        whose offset tells its versions): decided on its first attempt, reused by replays.
+    def _plan(self, batch_id: int, summary: _Summary) -> tuple[list[int], tuple[int, int] | None]:
+        """The segment bases of this micro-batch, and the versions (first, end) the driver reads when it
+        reads and writes it (a small one whose offset tells its versions; None: Spark's tasks do): decided
+        on its first attempt, reused by replays.
 
         Both decide how increments are cut into chunks and what the chunks are named; a replay (after a
         flip, or with other settings) must cut the same chunks for the guard to skip exactly what was
@@ -270,12 +273,16 @@ class SpeedLayer:
         if stored is not None:
             planned_id, planned = text(stored).split(":", 1)
             if int(planned_id) == batch_id:
-                plan = json.loads(planned)
-                return (plan, False) if isinstance(plan, list) else (plan["bases"], plan["driver"])
+                plan = json.loads(planned)  # a list: a plan stored before the driver path (tasks)
+                if isinstance(plan, list):
+                    return plan, None
+                return plan["bases"], (tuple(plan["driver"]) if plan["driver"] else None)
         bases = self._claimed(self._live_bases(summary.barriers))
-        on_driver = summary.rows is not None and summary.first is not None and summary.rows <= self.driver_rows
-        self.client.set(key, f"{batch_id}:{json.dumps({'bases': bases, 'driver': on_driver})}")
-        return bases, on_driver
+        small = summary.rows is not None and summary.rows <= self.driver_rows
+        versions = (summary.first, summary.end) if small and summary.first is not None and summary.end is not None \
+            else None
+        self.client.set(key, f"{batch_id}:{json.dumps({'bases': bases, 'driver': versions})}")
+        return bases, versions
 
     def _claimed(self, bases: list[int]) -> list[int]:
         """The bases whose segments this query may write: claimed for its logic and by it (``serving.store.logic``).
@@ -337,6 +344,10 @@ class SpeedLayer:
             "last_batch_seconds": round(seconds, 3), "state": self.waiting or "running",
         })
 
+
+#: Runtime SQL settings the driver path's session takes from the application's session: how keys of
+#: timestamps render and how casts fail must be the same on both paths (and as in the batch layer).
+_SAME_IN_SMALL_SESSION = ("spark.sql.session.timeZone", "spark.sql.ansi.enabled")
 
 #: Spark's trigger logs a warning for every micro-batch longer than its interval; at the speed layer's
 #: 0.1 s that is every micro-batch, and the speed layer logs each one's time itself (Spark 4.0, 4.1 names).
