@@ -242,7 +242,8 @@ class SpeedLayer:
         return self._small
 
     def _summary(self, batch: DataFrame, batch_id: int) -> _Summary:
-        """The micro-batch's highest version (None: it has no rows) and its barrier versions, ascending.
+        """What the micro-batch holds: its highest version (None: it has no rows), its barrier versions,
+        ascending, and (from a logged offset only) the versions it reads and the rows they add.
 
         Told by the source's end offset, as Spark logged it before running the micro-batch (the same on
         every replay: ``speed_layer.source.summarize``, from the commits' statistics); when the offset
