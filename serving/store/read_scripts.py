@@ -60,7 +60,7 @@ local nd = tonumber(ARGV[i]); local distinct = {}
 for j = 1, nd do distinct[j] = ARGV[i + j] end
 i = i + nd + 1
 local ni = tonumber(ARGV[i])
-local layout = redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'
+local layout = meta[5] or '[]'  -- the HEADER's measures:{view}
 local position = {}
 if nd > 0 then for pos, name in ipairs(cjson.decode(layout)) do position[name] = pos end end
 local scratch, quiet = scratch_key(p), false
