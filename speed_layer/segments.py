@@ -22,9 +22,13 @@ driver commits the micro-batch:
   micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u:``, ``:t:``). The first call of a
   micro-batch to touch a window finds an older tag: that micro-batch is committed (they run one
   after another, each committed before the next starts), so the log starts over. A key already
-  in the log was touched earlier in this micro-batch (or by the attempt a replay repeats): its
-  saved value stays. Distinct measures COPY the row's HyperLogLog to ``:p:`` (log value '1');
-  the copies go when their log starts over.
+  in the log was touched earlier in this micro-batch: its saved value stays. Which keys those can
+  be follows from the write order, so a call looks up one, not all: a row (view, key, window) is in
+  one partition (``write_increments`` partitions by it) and its increments (one per depth) are
+  contiguous in the sorted rows, so only a call's first row can continue one an earlier call began
+  (when a chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
+  Distinct measures COPY the row's HyperLogLog to ``:p:`` (log value '1'); the copies go when
+  their log starts over.
 * The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
   segment's ``processed`` to the tag. A reader (``serving.store.read_scripts``, one Lua call) reads
   ``processed`` and takes the logged value of every key in a window whose tag is above it: the
@@ -113,25 +117,43 @@ local function undo_log(vp, measure, sfx, on_drop)
   redis.call('SET', t, tag)
   return u, true
 end
--- Of `members`, those the undo log `u` has no value for yet (all of them when it is new).
-local function unsaved(u, fresh, members)
-  if fresh then return members end
-  local saved, out = redis.call('HMGET', u, unpack(members)), {}
-  for q = 1, #members do if not saved[q] then out[#out + 1] = members[q] end end
+-- Of `members`, those the undo log `u` of window `sfx` has no value for yet: all of them when the log
+-- is new. An older log of this micro-batch holds the rows of earlier calls, which are other rows (a row's
+-- increments are contiguous in the chunks' order, a row is in one partition), save the first row of this
+-- call, which may continue the last row of the previous chunk: only that one is looked up.
+local first_key, first_sfx = ARGV[K + 1], ARGV[S + 1]
+local function unsaved(u, fresh, sfx, members)
+  if fresh or sfx ~= first_sfx or redis.call('HEXISTS', u, first_key) == 0 then return members end
+  local out = {}
+  for q = 1, #members do if members[q] ~= first_key then out[#out + 1] = members[q] end end
   return out
 end
 local acc, kind_of, where = {}, {}, {}
+-- The sorted sets of (segment s, window sfx), one per scalar measure, named once per call.
+local named = {}
+for s = 1, nb do named[s] = {} end
+local function sorted_sets(s, sp, sfx)
+  local zs = named[s][sfx]
+  if zs then return zs end
+  zs = {}
+  for j = 1, nm do
+    local z = scores_key(sp, names[j], sfx)
+    zs[j] = z
+    if not acc[z] then acc[z] = {}; kind_of[z] = kinds[j]; where[z] = {sp, names[j], sfx} end
+  end
+  named[s][sfx] = zs
+  return zs
+end
 for r = 1, n do
   local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
   for s = 1, depth do
     local sp = live[s]
     if sp then
+      local zs = sorted_sets(s, sp, sfx)
       for j = 1, nm do
         local v = ARGV[V + (j - 1) * n + r]
         if v ~= '' then
-          local z = scores_key(sp, names[j], sfx)
-          local t = acc[z]
-          if not t then t = {}; acc[z] = t; kind_of[z] = kinds[j]; where[z] = {sp, names[j], sfx} end
+          local t = acc[zs[j]]
           local x, old = tonumber(v), t[key]
           if old == nil then t[key] = x
           elseif kinds[j] == 'min' then if x < old then t[key] = x end
@@ -172,7 +194,7 @@ if nd > 0 then
       for q = 1, #stale, 1000 do redis.call('UNLINK', unpack(stale, q, math.min(q + 999, #stale))) end
     end)
     local saves = {}
-    for _, key in ipairs(unsaved(u, fresh, keys)) do
+    for _, key in ipairs(unsaved(u, fresh, sfx, keys)) do
       local copied = redis.call('COPY', sketch_key(sp, measure, key .. sfx), previous_key(sp, measure, key .. sfx), 'REPLACE')
       saves[#saves + 1] = key; saves[#saves + 1] = (copied == 1) and '1' or ''
     end
@@ -197,26 +219,28 @@ for j = 1, nd do
   end
 end
 for z, t in pairs(acc) do
-  local kind, members, scores = kind_of[z], {}, {}
-  for member, x in pairs(t) do members[#members + 1] = member; scores[#scores + 1] = x end
-  local old = redis.call('ZMSCORE', z, unpack(members))
-  local at = where[z]
-  local u, fresh = undo_log(at[1], at[2], at[3])
-  local first = unsaved(u, fresh, members)
-  if #first > 0 then
-    local was, saves = {}, {}
-    for q = 1, #members do was[members[q]] = old[q] or '' end
-    for q = 1, #first do saves[2 * q - 1] = first[q]; saves[2 * q] = was[first[q]] end
-    redis.call('HSET', u, unpack(saves))
+  if next(t) ~= nil then  -- a window whose rows hold none of this measure: nothing to write
+    local kind, members, scores = kind_of[z], {}, {}
+    for member, x in pairs(t) do members[#members + 1] = member; scores[#scores + 1] = x end
+    local old = redis.call('ZMSCORE', z, unpack(members))
+    local at = where[z]
+    local u, fresh = undo_log(at[1], at[2], at[3])
+    local first = unsaved(u, fresh, at[3], members)
+    if #first > 0 then
+      local was, saves = {}, {}
+      for q = 1, #members do was[members[q]] = old[q] or '' end
+      for q = 1, #first do saves[2 * q - 1] = first[q]; saves[2 * q] = was[first[q]] end
+      redis.call('HSET', u, unpack(saves))
+    end
+    if kind == 'count' or kind == 'sum' then
+      for q = 1, #members do if old[q] then scores[q] = scores[q] + tonumber(old[q]) end end
+    end
+    local args = {}
+    for q = 1, #members do args[2 * q - 1] = string.format('%.17g', scores[q]); args[2 * q] = members[q] end
+    if kind == 'min' then redis.call('ZADD', z, 'LT', unpack(args))
+    elseif kind == 'max' then redis.call('ZADD', z, 'GT', unpack(args))
+    else redis.call('ZADD', z, unpack(args)) end
   end
-  if kind == 'count' or kind == 'sum' then
-    for q = 1, #members do if old[q] then scores[q] = scores[q] + tonumber(old[q]) end end
-  end
-  local args = {}
-  for q = 1, #members do args[2 * q - 1] = string.format('%.17g', scores[q]); args[2 * q] = members[q] end
-  if kind == 'min' then redis.call('ZADD', z, 'LT', unpack(args))
-  elseif kind == 'max' then redis.call('ZADD', z, 'GT', unpack(args))
-  else redis.call('ZADD', z, unpack(args)) end
 end
 redis.call('HSET', KEYS[2], ARGV[3], batch)
 return 1
@@ -272,7 +296,8 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
 def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> int:
     """Apply encoded increments of every view to the segments in one Spark job; returns rows applied."""
     # A fixed partition count and a total order inside each partition make a replayed
-    # micro-batch produce the very same chunks, which is what the guard relies on.
+    # micro-batch produce the very same chunks, which is what the guard relies on; partitioning by
+    # the row keeps each row's increments in one partition, which the undo log relies on.
     stable = encoded.repartition(partitions, VIEW, KEY, WS).sortWithinPartitions(VIEW, KEY, WS, DEPTH)
     counts = stable.mapInArrow(functools.partial(_apply_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
