@@ -18,17 +18,19 @@ driver commits the micro-batch:
 * A micro-batch's *tag* is its end offset, its highest master version: a replay has the same
   offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
   query restarts (a fresh query wipes the segments anyway).
-* Each (segment, view, measure, window) has an *undo log* (hash: key -> value before the
-  micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u:``, ``:t:``). The first call of a
-  micro-batch to touch a window finds an older tag: that micro-batch is committed (they run one
-  after another, each committed before the next starts), so the log starts over. A key already
+* Each (segment, view, window) has an *undo log* (hash: key -> the row's parts before the
+  micro-batch: its scores, '' = none, and per distinct measure whether its sketch was copied)
+  and its tag (``serving.store.keys``: ``:u``, ``:t``): one entry per row, not per measure, as a
+  row's measures change together. The first call of a micro-batch to touch a window finds an
+  older tag: that micro-batch is committed (they run one after another, each committed before
+  the next starts), so the log starts over. A key already
   in the log was touched earlier in this micro-batch: its saved value stays. Which keys those can
   be follows from the write order, so a call looks up one, not all: a row (view, key, window) is in
   one partition (``write_increments`` partitions by it) and its increments (one per depth) are
   contiguous in the sorted rows, so only a call's first row can continue one an earlier call began
   (when a chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
-  Distinct measures COPY the row's HyperLogLog to ``:p:`` (log value '1'); the copies go when
-  their log starts over.
+  Distinct measures COPY the row's HyperLogLog to ``:p:`` (its part '1'); the copies are listed
+  beside the log (``:c``) and go when it starts over.
 * The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
   segment's ``processed`` to the tag. A reader (``serving.store.read_scripts``, one Lua call) reads
   ``processed`` and takes the logged value of every key in a window whose tag is above it: the
@@ -77,10 +79,10 @@ _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 # (the micro-batch's end version), n bases, bases..., n scalars, (name, kind)..., n distinct,
 # names..., n rows, then columns of n values each: keys, window suffixes, depths (a row belongs to
 # the lowest `depth` bases), one column per scalar measure ('' = none), one column of member counts
-# per distinct measure; then all members. Parts are folded per sorted set first, then written with
+# per distinct measure; then all members. Rows are grouped by (segment, window), then written with
 # one ZMSCORE + one ZADD per sorted set; numbers are formatted %.17g so no digit of a sum is lost.
-# Before a row's value first changes in this micro-batch, its value is saved in the undo log of
-# its (segment, measure, window) under the tag (see the module docstring). A chunk holds at most
+# Before a row's parts first change in this micro-batch, they are saved in the undo log of its
+# (segment, window) under the tag (see the module docstring). A chunk holds at most
 # MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails midway would leave
 # partial writes that Redis does not roll back.
 _APPLY = LUA_NAMES + """
@@ -105,141 +107,114 @@ local n = tonumber(ARGV[i])
 local K, S, D = i, i + n, i + 2 * n
 local V = i + 3 * n
 local C = V + nm * n
-local M = C + nd * n + 1
--- The undo log of (segment view vp, measure, window sfx) for this micro-batch: one left by an
--- earlier micro-batch is obsolete (that one is committed) and starts over. Returns its name and
--- whether it is new (then nothing in it is saved yet); `on_drop` sees the obsolete entries.
-local function undo_log(vp, measure, sfx, on_drop)
-  local u, t = undo_key(vp, measure, sfx), undo_tag_key(vp, measure, sfx)
-  if redis.call('GET', t) == tag then return u, false end
-  if on_drop then on_drop(redis.call('HGETALL', u)) end
-  redis.call('DEL', u)
-  redis.call('SET', t, tag)
-  return u, true
+-- Where row r's members of distinct measure j start in ARGV.
+local mstart, m = {}, C + nd * n + 1
+for j = 1, nd do
+  local st = {}
+  for r = 1, n do st[r] = m; m = m + tonumber(ARGV[C + (j - 1) * n + r]) end
+  mstart[j] = st
 end
--- Of `members`, those the undo log `u` of window `sfx` has no value for yet: all of them when the log
--- is new. An older log of this micro-batch holds the rows of earlier calls, which are other rows (a row's
--- increments are contiguous in the chunks' order, a row is in one partition), save the first row of this
--- call, which may continue the last row of the previous chunk: only that one is looked up.
-local first_key, first_sfx = ARGV[K + 1], ARGV[S + 1]
-local function unsaved(u, fresh, sfx, members)
-  if fresh or sfx ~= first_sfx or redis.call('HEXISTS', u, first_key) == 0 then return members end
-  local out = {}
-  for q = 1, #members do if members[q] ~= first_key then out[#out + 1] = members[q] end end
-  return out
-end
-local acc, kind_of, where = {}, {}, {}
--- The sorted sets of (segment s, window sfx), one per scalar measure, named once per call.
-local named = {}
-for s = 1, nb do named[s] = {} end
-local function sorted_sets(s, sp, sfx)
-  local zs = named[s][sfx]
-  if zs then return zs end
-  zs = {}
-  for j = 1, nm do
-    local z = scores_key(sp, names[j], sfx)
-    zs[j] = z
-    if not acc[z] then acc[z] = {}; kind_of[z] = kinds[j]; where[z] = {sp, names[j], sfx} end
-  end
-  named[s][sfx] = zs
-  return zs
-end
+-- The windows this call writes, (live segment, window suffix), in first-seen order: their keys, each
+-- key's rows (one per depth reaching that segment).
+local by_segment, windows = {}, {}
+for s = 1, nb do by_segment[s] = {} end
 for r = 1, n do
   local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
   for s = 1, depth do
     local sp = live[s]
     if sp then
-      local zs = sorted_sets(s, sp, sfx)
-      for j = 1, nm do
-        local v = ARGV[V + (j - 1) * n + r]
+      local w = by_segment[s][sfx]
+      if not w then w = {sp = sp, sfx = sfx, keys = {}, rows = {}}; by_segment[s][sfx] = w; windows[#windows + 1] = w end
+      local rows = w.rows[key]
+      if rows then rows[#rows + 1] = r else w.keys[#w.keys + 1] = key; w.rows[key] = {r} end
+    end
+  end
+end
+-- The undo log of window `sfx` of segment view `sp` for this micro-batch, and whether it is new (then
+-- nothing in it is saved yet). One an earlier micro-batch left is obsolete (that one is committed): it
+-- starts over, and the sketches it copied go with it.
+local function undo_log(sp, sfx)
+  local u, t = undo_key(sp, sfx), undo_tag_key(sp, sfx)
+  if redis.call('GET', t) == tag then return u, false end
+  local c = undo_copies_key(sp, sfx)
+  local stale = redis.call('SMEMBERS', c)
+  for q = 1, #stale, 1000 do redis.call('UNLINK', unpack(stale, q, math.min(q + 999, #stale))) end
+  redis.call('DEL', u, c)
+  redis.call('SET', t, tag)
+  return u, true
+end
+-- A key an older log of this micro-batch already holds: earlier calls wrote other rows (a row's
+-- increments are contiguous in the chunks' order, a row is in one partition), save the one a chunk
+-- boundary cut, which is this call's first row: only that one is looked up.
+local first_key, first_sfx = ARGV[K + 1], ARGV[S + 1]
+local function saved_before(u, fresh, w)
+  if fresh or w.sfx ~= first_sfx or not w.rows[first_key] then return nil end
+  return redis.call('HEXISTS', u, first_key) == 1 and first_key or nil
+end
+for _, w in ipairs(windows) do
+  local sp, sfx, keys, rows = w.sp, w.sfx, w.keys, w.rows
+  local zs, old = {}, {}
+  for j = 1, nm do
+    zs[j] = scores_key(sp, names[j], sfx)
+    old[j] = redis.call('ZMSCORE', zs[j], unpack(keys))
+  end
+  -- Save each row's parts before this micro-batch first changes them: scores ('' = none), then per
+  -- distinct measure '1' (its sketch copied to previous_key) or '' (none).
+  local u, fresh = undo_log(sp, sfx)
+  local skip = saved_before(u, fresh, w)
+  local saves, copies = {}, {}
+  for q = 1, #keys do
+    local key = keys[q]
+    if key ~= skip then
+      local entry = {}
+      for j = 1, nm do entry[j] = old[j][q] or '' end
+      for j = 1, nd do
+        local before = previous_key(sp, dnames[j], key .. sfx)
+        if redis.call('COPY', sketch_key(sp, dnames[j], key .. sfx), before, 'REPLACE') == 1 then
+          entry[nm + j] = '1'; copies[#copies + 1] = before
+        else
+          entry[nm + j] = ''
+        end
+      end
+      saves[#saves + 1] = key; saves[#saves + 1] = cjson.encode(entry)
+    end
+  end
+  if #saves > 0 then redis.call('HSET', u, unpack(saves)) end
+  if #copies > 0 then redis.call('SADD', undo_copies_key(sp, sfx), unpack(copies)) end
+  -- Then apply the increments: per scalar measure one ZADD of the window's rows.
+  for j = 1, nm do
+    local kind, args, col = kinds[j], {}, V + (j - 1) * n
+    for q = 1, #keys do
+      local acc = nil
+      for _, r in ipairs(rows[keys[q]]) do
+        local v = ARGV[col + r]
         if v ~= '' then
-          local t = acc[zs[j]]
-          local x, old = tonumber(v), t[key]
-          if old == nil then t[key] = x
-          elseif kinds[j] == 'min' then if x < old then t[key] = x end
-          elseif kinds[j] == 'max' then if x > old then t[key] = x end
-          else t[key] = old + x end
+          local x = tonumber(v)
+          if acc == nil then acc = x
+          elseif kind == 'min' then if x < acc then acc = x end
+          elseif kind == 'max' then if x > acc then acc = x end
+          else acc = acc + x end
         end
       end
+      if acc ~= nil then
+        if (kind == 'count' or kind == 'sum') and old[j][q] then acc = acc + tonumber(old[j][q]) end
+        args[#args + 1] = string.format('%.17g', acc); args[#args + 1] = keys[q]
+      end
+    end
+    if #args > 0 then
+      if kind == 'min' then redis.call('ZADD', zs[j], 'LT', unpack(args))
+      elseif kind == 'max' then redis.call('ZADD', zs[j], 'GT', unpack(args))
+      else redis.call('ZADD', zs[j], unpack(args)) end
     end
   end
-end
--- Distinct measures: first save the sketches this call will touch first in the micro-batch
--- (a copy, or '' when the row had none), then add the members.
-if nd > 0 then
-  local touched, order = {}, {}
   for j = 1, nd do
-    for r = 1, n do
-      if tonumber(ARGV[C + (j - 1) * n + r]) > 0 then
-        local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
-        for s = 1, depth do
-          local sp = live[s]
-          if sp then
-            local u = undo_key(sp, dnames[j], sfx)
-            local g = touched[u]
-            if not g then g = {sp, dnames[j], sfx, {}, {}}; touched[u] = g; order[#order + 1] = g end
-            if not g[5][key] then g[5][key] = true; g[4][#g[4] + 1] = key end
-          end
-        end
+    for q = 1, #keys do
+      local hll = sketch_key(sp, dnames[j], keys[q] .. sfx)
+      for _, r in ipairs(rows[keys[q]]) do
+        local c, st = tonumber(ARGV[C + (j - 1) * n + r]), mstart[j][r]
+        for a = st, st + c - 1, 1000 do redis.call('PFADD', hll, unpack(ARGV, a, math.min(a + 999, st + c - 1))) end
       end
     end
-  end
-  for _, g in ipairs(order) do
-    local sp, measure, sfx, keys = g[1], g[2], g[3], g[4]
-    local u, fresh = undo_log(sp, measure, sfx, function(entries)
-      local stale = {}
-      for q = 1, #entries, 2 do
-        if entries[q + 1] == '1' then stale[#stale + 1] = previous_key(sp, measure, entries[q] .. sfx) end
-      end
-      for q = 1, #stale, 1000 do redis.call('UNLINK', unpack(stale, q, math.min(q + 999, #stale))) end
-    end)
-    local saves = {}
-    for _, key in ipairs(unsaved(u, fresh, sfx, keys)) do
-      local copied = redis.call('COPY', sketch_key(sp, measure, key .. sfx), previous_key(sp, measure, key .. sfx), 'REPLACE')
-      saves[#saves + 1] = key; saves[#saves + 1] = (copied == 1) and '1' or ''
-    end
-    if #saves > 0 then redis.call('HSET', u, unpack(saves)) end
-  end
-end
-local m = M
-for j = 1, nd do
-  for r = 1, n do
-    local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
-    local c = tonumber(ARGV[C + (j - 1) * n + r])
-    if c > 0 then
-      for s = 1, depth do
-        local sp = live[s]
-        if sp then
-          local hll = sketch_key(sp, dnames[j], key .. sfx)
-          for t = 0, c - 1, 1000 do redis.call('PFADD', hll, unpack(ARGV, m + t, m + math.min(t + 999, c - 1))) end
-        end
-      end
-    end
-    m = m + c
-  end
-end
-for z, t in pairs(acc) do
-  if next(t) ~= nil then  -- a window whose rows hold none of this measure: nothing to write
-    local kind, members, scores = kind_of[z], {}, {}
-    for member, x in pairs(t) do members[#members + 1] = member; scores[#scores + 1] = x end
-    local old = redis.call('ZMSCORE', z, unpack(members))
-    local at = where[z]
-    local u, fresh = undo_log(at[1], at[2], at[3])
-    local first = unsaved(u, fresh, at[3], members)
-    if #first > 0 then
-      local was, saves = {}, {}
-      for q = 1, #members do was[members[q]] = old[q] or '' end
-      for q = 1, #first do saves[2 * q - 1] = first[q]; saves[2 * q] = was[first[q]] end
-      redis.call('HSET', u, unpack(saves))
-    end
-    if kind == 'count' or kind == 'sum' then
-      for q = 1, #members do if old[q] then scores[q] = scores[q] + tonumber(old[q]) end end
-    end
-    local args = {}
-    for q = 1, #members do args[2 * q - 1] = string.format('%.17g', scores[q]); args[2 * q] = members[q] end
-    if kind == 'min' then redis.call('ZADD', z, 'LT', unpack(args))
-    elseif kind == 'max' then redis.call('ZADD', z, 'GT', unpack(args))
-    else redis.call('ZADD', z, unpack(args)) end
   end
 end
 redis.call('HSET', KEYS[2], ARGV[3], batch)

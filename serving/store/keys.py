@@ -19,9 +19,12 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
                                               rows hash by the first top-N query that needs it
     lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
     lp:p:s:{B}:{view}:d:{measure}:{field}     realtime HyperLogLog of a distinct measure, per row
-    lp:p:s:{B}:{view}:u:{measure}[@{ws}]      undo log of the micro-batch in flight: key -> the row's value
-                                              before it ('' = none; distinct measures: '1' = copied to :p:)
-    lp:p:s:{B}:{view}:t:{measure}[@{ws}]      the undo log's tag: end version of the micro-batch that wrote it
+    lp:p:s:{B}:{view}:u[@{ws}]                undo log of the micro-batch in flight: key -> the row's parts
+                                              before it, a JSON array in the generation's ``measures:{view}``
+                                              order: scores ('' = none), then per distinct measure '1' (its
+                                              sketch copied to :p:) or '' (none)
+    lp:p:s:{B}:{view}:t[@{ws}]                the undo log's tag: end version of the micro-batch that wrote it
+    lp:p:s:{B}:{view}:c[@{ws}]                set of the :p: copies the undo log made (they go with it)
     lp:p:s:{B}:{view}:p:{measure}:{field}     a row's HyperLogLog before the micro-batch in flight touched it
     lp:p:s:{B}:logic                          the logic fingerprint (and speed query) segment B holds
     lp:p:s:{B}:meta                           hash: processed (last master version fully applied: the commit
@@ -75,8 +78,9 @@ local function rows_key(vp, sfx) return vp .. ':r' .. sfx end
 local function index_key(vp, sfx) return vp .. ':k' .. sfx end
 local function scores_key(vp, measure, sfx) return vp .. ':z:' .. measure .. sfx end
 local function sketch_key(vp, measure, field) return vp .. ':d:' .. measure .. ':' .. field end
-local function undo_key(vp, measure, sfx) return vp .. ':u:' .. measure .. sfx end
-local function undo_tag_key(vp, measure, sfx) return vp .. ':t:' .. measure .. sfx end
+local function undo_key(vp, sfx) return vp .. ':u' .. sfx end
+local function undo_tag_key(vp, sfx) return vp .. ':t' .. sfx end
+local function undo_copies_key(vp, sfx) return vp .. ':c' .. sfx end
 local function previous_key(vp, measure, field) return vp .. ':p:' .. measure .. ':' .. field end
 local function scratch_key(p) return p .. ':scratch' end
 """
@@ -291,13 +295,17 @@ class Keys:
     def segment_sketch(self, base: int, view: str, measure: str, field: str) -> str:
         return f"{self.segment_view_prefix(base, view)}:d:{measure}:{field}"
 
-    def segment_undo(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
-        """Hash: key -> its value before the micro-batch named by ``segment_undo_tag`` first touched it."""
-        return f"{self.segment_view_prefix(base, view)}:u:{measure}{suffix(window_start)}"
+    def segment_undo(self, base: int, view: str, window_start: int | None = None) -> str:
+        """Hash: key -> its row's parts before the micro-batch named by ``segment_undo_tag`` first touched it."""
+        return f"{self.segment_view_prefix(base, view)}:u{suffix(window_start)}"
 
-    def segment_undo_tag(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
+    def segment_undo_tag(self, base: int, view: str, window_start: int | None = None) -> str:
         """The end version of the micro-batch whose undo values ``segment_undo`` holds."""
-        return f"{self.segment_view_prefix(base, view)}:t:{measure}{suffix(window_start)}"
+        return f"{self.segment_view_prefix(base, view)}:t{suffix(window_start)}"
+
+    def segment_undo_copies(self, base: int, view: str, window_start: int | None = None) -> str:
+        """Set of the ``segment_previous`` sketches ``segment_undo`` saved (dropped with it)."""
+        return f"{self.segment_view_prefix(base, view)}:c{suffix(window_start)}"
 
     def segment_previous(self, base: int, view: str, measure: str, field: str) -> str:
         """A row's distinct-measure sketch as it was before the micro-batch in flight first touched it."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 from serving.store.keys import LUA_NAMES
 
 # Every read states the version it is exact at: the generation, or the realtime segment's
-# ``processed``. Values of a micro-batch not yet committed (undo tag above ``processed``) are
-# replaced by the values saved before it (``speed_layer.segments``): ``realtime(vp, m, sfx, key)``
-# is a row's committed score ('' = none), ``sketch(vp, m, sfx, key)`` its committed sketch (or nil).
+# ``processed``. Parts of a micro-batch not yet committed (undo tag above ``processed``) are
+# replaced by the parts saved before it (``speed_layer.segments``): with ``saved`` =
+# ``saved_parts(vp, sfx, key)``, ``realtime(vp, m, sfx, key, saved)`` is a row's committed score ('' = none),
+# ``sketch(vp, m, sfx, key, saved)`` its committed sketch (or nil).
 HEADER = LUA_NAMES + """
 local generation = redis.call('GET', KEYS[1])
 if not generation then return false end
@@ -23,22 +24,32 @@ local processed = redis.call('HGET', segment_meta(p, generation), 'processed') o
 local committed = tonumber(processed) or -1
 local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events', 'logic',
                         'measures:' .. view, 'view:' .. view)
-local function uncommitted(vp, measure, sfx)
-  return tonumber(redis.call('GET', undo_tag_key(vp, measure, sfx)) or '-1') > committed
-end
-local function realtime(vp, measure, sfx, key)
-  if uncommitted(vp, measure, sfx) then
-    local saved = redis.call('HGET', undo_key(vp, measure, sfx), key)
-    if saved then return saved end
+local positions = nil  -- row part name -> index in a batch row and an undo entry (the view's layout)
+local function position_of(name)
+  if not positions then
+    positions = {}
+    for pos, part in ipairs(cjson.decode(meta[5] or '[]')) do positions[part] = pos end
   end
+  return positions[name]
+end
+local function uncommitted(vp, sfx)
+  return tonumber(redis.call('GET', undo_tag_key(vp, sfx)) or '-1') > committed
+end
+-- The parts a row of window sfx had before the micro-batch in flight touched it, or nil (untouched,
+-- or none in flight): the committed ones are then in the sorted sets and sketches.
+local function saved_parts(vp, sfx, key)
+  if not uncommitted(vp, sfx) then return nil end
+  local entry = redis.call('HGET', undo_key(vp, sfx), key)
+  return entry and cjson.decode(entry) or nil
+end
+local function realtime(vp, measure, sfx, key, saved)
+  if saved then return saved[position_of(measure)] or '' end
   return redis.call('ZSCORE', scores_key(vp, measure, sfx), key) or ''
 end
-local function sketch(vp, measure, sfx, key)
+local function sketch(vp, measure, sfx, key, saved)
   local field = key .. sfx
-  if uncommitted(vp, measure, sfx) then
-    local saved = redis.call('HGET', undo_key(vp, measure, sfx), key)
-    if saved == '1' then return previous_key(vp, measure, field) end
-    if saved then return nil end
+  if saved then
+    return saved[position_of(measure)] == '1' and previous_key(vp, measure, field) or nil
   end
   local rk = sketch_key(vp, measure, field)
   return redis.call('EXISTS', rk) == 1 and rk or nil
@@ -61,8 +72,6 @@ for j = 1, nd do distinct[j] = ARGV[i + j] end
 i = i + nd + 1
 local ni = tonumber(ARGV[i])
 local layout = meta[5] or '[]'  -- the HEADER's measures:{view}
-local position = {}
-if nd > 0 then for pos, name in ipairs(cjson.decode(layout)) do position[name] = pos end end
 local scratch, quiet = scratch_key(p), false
 local function fold(members, sketches)
   if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
@@ -79,13 +88,14 @@ for k = 1, ni do
   local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
   local row = redis.call('HGET', rows_key(bp, sfx), key)
   local r, db, dr, dm = {}, {}, {}, {}
-  for j = 1, nm do r[j] = realtime(sp, measures[j], sfx, key) end
+  local saved = saved_parts(sp, sfx, key)
+  for j = 1, nm do r[j] = realtime(sp, measures[j], sfx, key, saved) end
   local parts = (nd > 0 and row) and cjson.decode(row) or {}
   for j = 1, nd do
-    local rk = sketch(sp, distinct[j], sfx, key)
+    local rk = sketch(sp, distinct[j], sfx, key, saved)
     dr[j] = rk and redis.call('PFCOUNT', rk) or 0
     if rk then table.insert(usketch[j], rk) end
-    local exact = parts[position[distinct[j]] or 0]
+    local exact = parts[position_of(distinct[j]) or 0]
     if type(exact) == 'table' then
       db[j] = #exact
       dm[j] = rk and fold(exact, {rk}) or #exact
@@ -133,9 +143,9 @@ if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXIST
   return {generation, 'unranked', redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'}
 end
 local saved = {}
-if uncommitted(sp, measure, sfx) then
-  local undo = redis.call('HGETALL', undo_key(sp, measure, sfx))
-  for t = 1, #undo, 2 do saved[undo[t]] = undo[t + 1] end
+if uncommitted(sp, sfx) then
+  local undo, at = redis.call('HGETALL', undo_key(sp, sfx)), position_of(measure)
+  for t = 1, #undo, 2 do saved[undo[t]] = cjson.decode(undo[t + 1])[at] or '' end
 end
 local top, realtime, under = {}, {}, {}
 if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then

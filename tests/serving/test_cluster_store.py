@@ -22,7 +22,7 @@ def test_a_key_always_lands_in_the_same_bucket_and_keys_spread_over_all_buckets(
     bucket = keys.for_key("user-7")
     tag = bucket.prefix[bucket.prefix.index("{"):bucket.prefix.index("}") + 1]
     for name in (bucket.current, bucket.epoch, bucket.rows(5, "v"), bucket.segment_meta(5), bucket.guard("q"),
-                 bucket.segment_undo(5, "v", "m", 60), bucket.sketch(5, "v", "m", "user-7")):
+                 bucket.segment_undo(5, "v", 60), bucket.sketch(5, "v", "m", "user-7")):
         assert name.startswith(f"lp:{tag}:"), name
 
 

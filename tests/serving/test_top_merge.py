@@ -65,11 +65,12 @@ def _publish(url: str, batch: dict, realtime: dict, flight: dict) -> None:
     for measure in MEASURES:
         for key, parts in realtime.items():
             client.zadd(keys.for_key(key).segment_scores(GENERATION, "probe", measure), {key: parts[measure]})
-        for key, parts in flight.items():  # in flight: new score in place, the committed one saved
-            bucket = keys.for_key(key)
-            before = realtime[key][measure] if key in realtime else ""
-            client.hset(bucket.segment_undo(GENERATION, "probe", measure), key, before)
-            client.set(bucket.segment_undo_tag(GENERATION, "probe", measure), PROCESSED + 1)
+    for key, parts in flight.items():  # in flight: new scores in place, the committed parts saved (layout order)
+        bucket = keys.for_key(key)
+        before = [str(realtime[key][m]) if key in realtime else "" for m in MEASURES]
+        client.hset(bucket.segment_undo(GENERATION, "probe"), key, json.dumps(before))
+        client.set(bucket.segment_undo_tag(GENERATION, "probe"), PROCESSED + 1)
+        for measure in MEASURES:
             client.zadd(bucket.segment_scores(GENERATION, "probe", measure), {key: parts[measure]})
 
 

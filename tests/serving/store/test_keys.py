@@ -53,12 +53,12 @@ def _name_twins(keys: Keys) -> Iterator[Twin]:
                 sfx = suffix(ws)
                 yield Twin("LUA_NAMES", "rows_key", (gp, sfx), keys.rows(g, view, ws))
                 yield Twin("LUA_NAMES", "index_key", (gp, sfx), keys.key_index(g, view, ws))
+                yield Twin("LUA_NAMES", "undo_key", (sp, sfx), keys.segment_undo(g, view, ws))
+                yield Twin("LUA_NAMES", "undo_tag_key", (sp, sfx), keys.segment_undo_tag(g, view, ws))
+                yield Twin("LUA_NAMES", "undo_copies_key", (sp, sfx), keys.segment_undo_copies(g, view, ws))
                 for measure in MEASURES:
                     yield Twin("LUA_NAMES", "scores_key", (gp, measure, sfx), keys.scores(g, view, measure, ws))
                     yield Twin("LUA_NAMES", "scores_key", (sp, measure, sfx), keys.segment_scores(g, view, measure, ws))
-                    yield Twin("LUA_NAMES", "undo_key", (sp, measure, sfx), keys.segment_undo(g, view, measure, ws))
-                    yield Twin("LUA_NAMES", "undo_tag_key", (sp, measure, sfx),
-                               keys.segment_undo_tag(g, view, measure, ws))
             for measure, field in itertools.product(MEASURES, FIELDS):
                 yield Twin("LUA_NAMES", "sketch_key", (gp, measure, field), keys.sketch(g, view, measure, field))
                 yield Twin("LUA_NAMES", "sketch_key", (sp, measure, field), keys.segment_sketch(g, view, measure, field))
