@@ -180,7 +180,10 @@ for _, w in ipairs(windows) do
     end
   end
   if #saves > 0 then redis.call('HSET', u, unpack(saves)) end
-  if #copies > 0 then redis.call('SADD', undo_copies_key(sp, sfx), unpack(copies)) end
+  -- One copy per row and distinct measure: more than unpack() takes at once with several of them.
+  for q = 1, #copies, 1000 do
+    redis.call('SADD', undo_copies_key(sp, sfx), unpack(copies, q, math.min(q + 999, #copies)))
+  end
   -- Then apply the increments: per scalar measure one ZADD of the window's rows.
   for j = 1, nm do
     local kind, args, col = kinds[j], {}, V + (j - 1) * n
@@ -222,7 +225,8 @@ return 1
 """
 
 
-#: Rows per guarded call at most: ZADD takes 2 arguments per row and Lua's unpack() stops near 8000.
+#: Rows per guarded call at most: ZADD takes 2 arguments per row and Lua's unpack() stops near 8000
+#: (lists that grow with the distinct measures too, the sketch copies, go in slices).
 MAX_CHUNK_ROWS = 3_000
 
 

@@ -27,6 +27,7 @@ from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import (
     DEPTH,
     KEY,
+    MAX_CHUNK_ROWS,
     MEMBER,
     VALUE,
     WS,
@@ -227,3 +228,27 @@ def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis
         items[0]: {"count": 3, "sum_x": 7.5, "min_x": 0.5, "max_x": 5.0, "distinct_m": 3},
         items[1]: {"count": 1, "sum_x": 4.0, "min_x": 4.0, "max_x": 4.0, "distinct_m": 1},
     })
+
+
+def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: str) -> None:
+    """A chunk of MAX_CHUNK_ROWS rows of one window, each already holding sketches of four distinct measures:
+    the micro-batch saves a copy of each, more than Lua's unpack() takes at once, and applies every row."""
+    view = View("wide", keys=("k",), measures=(Count(), *(Distinct(f"m{j}") for j in range(4))))
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys("wide")
+    epoch = ensure_epoch(client, keys)
+    client.set(keys.current, BASE)
+    users = [f"u{i:05d}" for i in range(MAX_CHUNK_ROWS)]
+
+    def table(member: str) -> pa.Table:
+        return pa.table({VIEW_COL: ["wide"] * len(users), KEY: users, WS: pa.array([None] * len(users), pa.string()),
+                         DEPTH: pa.array([1] * len(users), pa.int32()), f"{VALUE}0": ["1.0"] * len(users),
+                         **{f"{MEMBER}{j}": [[member]] * len(users) for j in range(4)}})
+
+    for batch_id, member in enumerate(("p", "q")):
+        spec = WriteSpec(redis_url, "wide", "q1", epoch, batch_id, 100 * (batch_id + 1), (BASE,),
+                         {"wide": measure_spec(view)}, MAX_CHUNK_ROWS)
+        assert apply_rows(spec, table(member), "0", client) == len(users)
+    assert client.zscore(keys.segment_scores(BASE, "wide", "count"), users[-1]) == 2.0
+    assert client.pfcount(keys.segment_sketch(BASE, "wide", "distinct_m3", users[-1])) == 2
+    assert client.scard(keys.segment_undo_copies(BASE, "wide")) == 4 * len(users)
