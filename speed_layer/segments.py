@@ -23,12 +23,12 @@ driver commits the micro-batch:
   and its tag (``serving.store.keys``: ``:u``, ``:t``): one entry per row, not per measure, as a
   row's measures change together. The first call of a micro-batch to touch a window finds an
   older tag: that micro-batch is committed (they run one after another, each committed before
-  the next starts), so the log starts over. A key already
-  in the log was touched earlier in this micro-batch: its saved value stays. Which keys those can
-  be follows from the write order, so a call looks up one, not all: a row (view, key, window) is in
-  one partition (``write_increments`` partitions by it) and its increments (one per depth) are
-  contiguous in the sorted rows, so only a call's first row can continue one an earlier call began
-  (when a chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
+  the next starts), so the log starts over. A key already in the log was touched earlier in
+  this micro-batch: its saved value stays. Which keys those can be follows from the write order,
+  so a call looks up one, not all: a row (view, key, window) is in one partition
+  (``write_increments`` partitions by it) and its increments (one per depth) are contiguous in
+  the sorted rows, so only a call's first row can continue one an earlier call began (when a
+  chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
   Distinct measures COPY the row's HyperLogLog to ``:p:`` (its part '1'); the copies are listed
   beside the log (``:c``) and go when it starts over.
 * The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
