@@ -7,6 +7,7 @@ parts, never stored or averaged again.
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from collections.abc import Iterable
@@ -32,7 +33,9 @@ _FIRST, _LAST = epoch_seconds(TIME_MIN), epoch_seconds(TIME_MAX)
 _MICROSECOND = timedelta(microseconds=1)
 
 
+@functools.lru_cache(maxsize=64)
 def _at(epoch: float | None) -> datetime | None:
+    """A generation's ``computed_at`` as a datetime (cached: every answer from a generation names it)."""
     return None if epoch is None else at(0) + timedelta(seconds=epoch)
 
 
@@ -95,6 +98,9 @@ class _Shape:
     scalar_names: tuple[str, ...]
     distinct_names: tuple[str, ...]
     counts: tuple[str, ...]
+    #: (name, measure) of each scalar measure, and every measure's name in the view's order.
+    named: tuple[tuple[str, Measure], ...]
+    names: tuple[str, ...]
 
 
 #: id(view) -> (view, its shape); the view is kept so that its id is never reused for another view.
@@ -106,7 +112,8 @@ def _shape(view: View) -> _Shape:
     if entry is None or entry[0] is not view:
         scalar = view.scalar_measures
         shape = _Shape(scalar, tuple(m.name for m in scalar), tuple(m.name for m in view.distinct_measures),
-                       tuple(m.name for m in scalar if isinstance(m, Count)))
+                       tuple(m.name for m in scalar if isinstance(m, Count)), tuple((m.name, m) for m in scalar),
+                       tuple(m.name for m in view.measures))
         if len(_SHAPES) > 1024:  # pipelines are loaded once per app; tests build many
             _SHAPES.clear()
         _SHAPES[id(view)] = entry = (view, shape)
@@ -142,24 +149,24 @@ def _known_integral(store: ServingStore, generation: int, view: View) -> frozens
     return None if cache is None else cache.get((generation, view.name))
 
 
-def _typed(measure: Measure, value: float | None, integral: frozenset[str]) -> Any:
-    """An integral measure's value as an int (parts arrive as floats; exact below 2**53)."""
-    return int(value) if value is not None and measure.name in integral else value
+def _typed(name: str, value: float | None, integral: frozenset[str]) -> Any:
+    """Measure ``name``'s value as an int when it is integral (parts arrive as floats; exact below 2**53)."""
+    return int(value) if value is not None and name in integral else value
 
 
 def combine(view: View, parts: Iterable[dict[str, float | None]], integral: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Combine scalar parts (windows; batch and realtime) with each measure's monoid."""
-    scalar = _shape(view).scalar
-    merged: dict[str, Any] = dict.fromkeys(m.name for m in scalar)
+    named = _shape(view).named
+    merged: dict[str, Any] = dict.fromkeys(name for name, _ in named)
     for part in parts:
-        for measure in scalar:
-            merged[measure.name] = measure.combine(merged[measure.name], part.get(measure.name))
-    return {m.name: _typed(m, merged[m.name], integral) for m in scalar}
+        for name, measure in named:
+            merged[name] = measure.combine(merged[name], part.get(name))
+    return {name: _typed(name, value, integral) for name, value in merged.items()}
 
 
 def _finish(view: View, scalars: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
     parts = {**scalars, **distinct}
-    value = {m.name: parts.get(m.name) for m in view.measures}
+    value = {name: parts.get(name) for name in _shape(view).names}
     for derived in view.derived:
         value[derived.name] = derived.compute(value)
     return value
@@ -267,6 +274,6 @@ async def top_answer(
     return TopAnswer(
         view=view.name, measure=measure.name, n=n,
         window=WindowSpan(**span(starts[0], view.window.seconds)) if starts and view.window else None,
-        top=[TopEntry(key=k, value=_typed(measure, v, integral)) for k, v in ranked],
+        top=[TopEntry(key=k, value=_typed(measure.name, v, integral)) for k, v in ranked],
         generation=read.generation.generation, version=read.generation.version, logic=read.generation.logic or None,
     )

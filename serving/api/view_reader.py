@@ -49,6 +49,9 @@ CLUSTER_IN_FLIGHT = 4
 #: at 1,000 rows for top-10 in benchmarks/top_merge_bench.py).
 SMALL_SEGMENT = 1_000
 
+#: Checked reply parts remembered at most (``ServingStore._served``); one per generation and realtime version.
+_CHECKED_REPLIES = 64
+
 #: How often a top-N asks the buckets again for answers at one version before it answers 503.
 _CONSISTENT_TRIES = 50
 
@@ -131,6 +134,13 @@ def _positions(layout: bytes) -> dict[str, int]:
     return {name: i for i, name in enumerate(json.loads(layout))}
 
 
+@functools.lru_cache(maxsize=256)
+def _where(layout: bytes, measures: tuple[str, ...]) -> list[int | None]:
+    """Where each of ``measures`` is in a batch row of the layout ``layout`` (None: not in it)."""
+    positions = _positions(layout)
+    return [positions.get(m) for m in measures]
+
+
 def _num(value: bytes | str) -> float | None:
     return float(value) if value not in (b"", "") else None
 
@@ -183,6 +193,8 @@ class ServingStore:
         #: connections torn down mid-handshake: "Connection closed by server", "'NoneType' object has no
         #: attribute 'writelines'"); at 4 in flight, 60 rounds of 20 concurrent top-N over 16 buckets ran clean.
         self._in_flight = asyncio.Semaphore(CLUSTER_IN_FLIGHT if is_cluster(url) else 1_000_000)
+        #: Reply parts a read met, and the generation they name, once they passed the view check (``_served``).
+        self._checked: dict[tuple, Generation] = {}
         #: Rankings this process is building, by key: concurrent first requests share one build.
         self._building: dict[str, asyncio.Future[None]] = {}
 
@@ -223,6 +235,21 @@ class ServingStore:
         recorded = meta[5]
         if recorded is not None and self.definitions is not None and text(recorded) != self.definitions.get(view):
             raise _definition_changed(view, _generation(generation, processed, meta))
+
+    def _served(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> Generation:
+        """The generation a read of ``view`` met (its pointer, ``processed`` and HEADER's ``meta``), checked
+        (``_check_view``, ``_not_older``). Replies that passed the view check are remembered: the same
+        parts give the same generation and the same verdict (a generation's metadata never changes, and
+        every part is in the cache key), so a read of a known generation skips both."""
+        seen = (view, generation, processed, *meta)
+        served = self._checked.get(seen)
+        if served is None:
+            self._check_view(view, generation, processed, meta)
+            served = _generation(generation, processed, meta)
+            if len(self._checked) >= _CHECKED_REPLIES:
+                self._checked.clear()
+            self._checked[seen] = served
+        return self._not_older(served)
 
     async def ping(self) -> None:
         try:
@@ -270,16 +297,15 @@ class ServingStore:
         """Atomically read ``items`` (key, window start) of ``view``: batch part, realtime part, sketches.
         Every item is of one key (its windows), so in one bucket."""
         bucket = self.keys.for_key(items[0][0])
-        if any(self.keys.bucket_of(key) != bucket.bucket_index for key, _ in items):
+        if len(items) > 1 and any(self.keys.bucket_of(key) != bucket.bucket_index for key, _ in items):
             raise ValueError("one read covers the windows of one key; read other keys separately")
         args: list = [bucket.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
         for key, window_start in items:
             args += [key, suffix(window_start)]
         reply = await self._call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
-        self._check_view(view, generation, processed, meta)
-        positions = _positions(layout)
-        where = [positions.get(m) for m in measures]
+        served = self._served(view, generation, processed, meta)
+        where = _where(layout, tuple(measures))
 
         def batch_part(row: bytes) -> dict[str, float | None]:
             if not row:
@@ -288,11 +314,10 @@ class ServingStore:
             return {m: None if i is None or parts[i] is None else float(parts[i]) for m, i in zip(measures, where)}
 
         def counts(rows: list) -> list[dict[str, int]]:
-            return [dict(zip(distinct, (int(c) for c in row))) for row in rows]
+            return [dict(zip(distinct, (int(c) for c in row))) if distinct else {} for row in rows]
 
         return KeyRead(
-            self._not_older(_generation(generation, processed, meta)), [batch_part(r) for r in rows],
-            [dict(zip(measures, (_num(v) for v in row))) for row in realtime],
+            served, [batch_part(r) for r in rows], [dict(zip(measures, (_num(v) for v in row))) for row in realtime],
             counts(dbatch), counts(drealtime), counts(dmerged), dict(zip(distinct, (int(c) for c in total))),
         )
 
@@ -321,9 +346,7 @@ class ServingStore:
             members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
             batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
             rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
-        generation, processed, meta = replies[0][:3]
-        self._check_view(view, generation, processed, meta)
-        return TopRead(self._not_older(_generation(generation, processed, meta)), batch, rt)
+        return TopRead(self._served(view, *replies[0][:3]), batch, rt)
 
     async def _pipelined(self, script: AsyncScript, buckets: Sequence[Keys], args: Sequence[list]) -> list[list]:
         """``script`` on every bucket, each with its ``args``, in one pipeline: one round trip per master on
@@ -434,8 +457,7 @@ class ServingStore:
                                        window_start, lambda _: 0.0)
                 continue
             generation, processed, meta, found = reply
-            self._check_view(view, generation, processed, meta)
-            return KeyListing(self._not_older(_generation(generation, processed, meta)),
+            return KeyListing(self._served(view, generation, processed, meta),
                               [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
         raise UnavailableError(f"the batch generation of {view!r} kept changing while its key index was built; ask again",
                                headers={"Retry-After": "1"})
