@@ -13,9 +13,11 @@ its nodes, with rows spread over ``N`` slot buckets (default 16; ``serving.store
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+import hiredis
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
@@ -105,12 +107,40 @@ def redis_client(url: str, *, fail_fast: bool = False, decode: bool = False) -> 
     return redis.Redis.from_url(url, decode_responses=decode, **options)
 
 
+class _HiredisPacking:
+    """Mixin for redis-py's async connections: commands packed by hiredis (C), as redis-py's sync
+    connections pack them when hiredis is installed. Its async ones pack in Python: 19 us for the key
+    read's 12-argument EVALSHA against 2.5 us in hiredis, a tenth of the read's client-side CPU.
+    What hiredis does not take as it is (a command name of several words, a value that is not str,
+    bytes, int or float) goes to redis-py's own packer, which splits it or refuses it as always."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str) and " " not in args[0]:
+            try:
+                return [hiredis.pack_command(args)]
+            except (TypeError, UnicodeError):
+                pass
+        return super().pack_command(*args)  # type: ignore[misc]
+
+
+@functools.cache
+def _hiredis_packing(base: type) -> type:
+    """``base`` (a redis-py async connection class: TCP, TLS, Unix socket) packing with hiredis."""
+    return type(base.__name__, (_HiredisPacking, base), {"__doc__": base.__doc__})
+
+
 def async_redis_client(url: str, *, max_connections: int = 64) -> aioredis.Redis:
-    """The API's async client: fail fast (a read answers 503 rather than hang while Redis is away)."""
+    """The API's async client: fail fast (a read answers 503 rather than hang while Redis is away).
+
+    On one Redis, its connections pack commands with hiredis (``_HiredisPacking``); a cluster client
+    builds its nodes' connections itself, with redis-py's packer."""
     if is_cluster(url):
         nodes, auth = _cluster_nodes(url)
         options = _fail_fast(AsyncRetry)
         cluster = AsyncRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in nodes],
                                     max_connections=max_connections, **auth, **options)
         return cluster  # type: ignore[return-value]
-    return aioredis.Redis.from_url(url, max_connections=max_connections, **_fail_fast(AsyncRetry))
+    client = aioredis.Redis.from_url(url, max_connections=max_connections, **_fail_fast(AsyncRetry))
+    pool = client.connection_pool  # its class follows the URL's scheme; no connection is made yet
+    pool.connection_class = _hiredis_packing(pool.connection_class)  # type: ignore[arg-type]
+    return client
