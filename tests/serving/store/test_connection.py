@@ -1,9 +1,10 @@
-"""The API's async Redis client packs commands with hiredis and sends what redis-py's own packer sends.
+"""The platform's Redis clients pack commands with hiredis and send what redis-py's own packers send.
 
-The oracle is redis-py's Python packer (``Connection.pack_command`` of the class the client wraps):
-for every kind of argument the platform passes, the bytes on the wire are the same; for what the
-fast path does not take (several-word command names, values redis-py refuses), redis-py's packer
-answers as it always does. Then the client runs against a real Redis.
+The oracles are redis-py's packers: the Python one of the async connection classes the API's client
+wraps, and the sync connections' default (hiredis behind a copy of every argument). For every kind
+of argument the platform passes, the bytes on the wire are the same; what the fast path does not
+take (several-word command names, values redis-py refuses) redis-py's packer answers as it always
+does. Then both clients run against a real Redis.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
-from serving.store.connection import _hiredis_packing, _HiredisPacking, async_redis_client
+from serving.store.connection import _hiredis_packing, _HiredisPacker, _HiredisPacking, async_redis_client, redis_client
 
 COMMANDS: list[tuple] = [
     ("GET", "k"),
@@ -37,6 +39,7 @@ def test_packs_the_bytes_redis_py_packs(args: tuple) -> None:
     for base in (Connection, UnixDomainSocketConnection):
         packed = b"".join(_hiredis_packing(base)().pack_command(*args))
         assert packed == b"".join(base().pack_command(*args)), (base, args)
+    assert b"".join(_HiredisPacker().pack(*args)) == b"".join(redis.Connection().pack_command(*args))
 
 
 @pytest.mark.parametrize("value", [True, None, object(), "\ud800"])
@@ -45,6 +48,10 @@ def test_refuses_what_redis_py_refuses(value: object) -> None:
         Connection().pack_command("SET", "k", value)
     with pytest.raises(expected.type):
         _hiredis_packing(Connection)().pack_command("SET", "k", value)
+    with pytest.raises((DataError, UnicodeError)) as expected:
+        redis.Connection().pack_command("SET", "k", value)
+    with pytest.raises(expected.type):
+        _HiredisPacker().pack("SET", "k", value)
 
 
 def test_round_trip_on_a_real_redis(redis_url: str) -> None:
@@ -66,3 +73,21 @@ def test_round_trip_on_a_real_redis(redis_url: str) -> None:
             await client.aclose()
 
     asyncio.run(run())
+
+
+def test_sync_round_trip_on_a_real_redis(redis_url: str) -> None:
+    client = redis_client(redis_url)
+    try:
+        assert isinstance(client.connection_pool.connection_kwargs["command_packer"], _HiredisPacker)
+        script = client.register_script("return {KEYS[1], ARGV[1], ARGV[2], ARGV[3], #ARGV}")
+        assert script(keys=["k"], args=["ünï", b"\x00\xff", 12.5, *range(20)]) == [b"k", "ünï".encode(), b"\x00\xff",
+                                                                                    b"12.5", 23]
+        pipe = client.pipeline(transaction=True)
+        pipe.hset("h", "f", bytearray(b"v" * 100_000))  # not taken by hiredis as it is: redis-py's packer sends it
+        pipe.hget("h", "f")
+        assert pipe.execute() == [1, b"v" * 100_000]
+        assert client.config_get("maxmemory")
+        with pytest.raises(DataError):
+            client.set("k", True)  # type: ignore[arg-type]
+    finally:
+        client.close()
