@@ -83,6 +83,27 @@ async def _timed(fn: Any, keys: list[str], n: int, passes: int = 3) -> tuple[flo
     return best
 
 
+async def _interleaved(call_a: Any, call_b: Any, keys: list[str], bursts: int = 60, size: int = 256,
+                       in_flight: int = 32) -> tuple[float, float, float]:
+    """(A's, B's CPU microseconds per call, the median of the bursts' B/A ratios): bursts of ``size`` calls,
+    ``in_flight`` at a time, A then B in turn, so the machine's drift (a shared host's speed changes
+    within seconds) weighs on both alike."""
+    async def burst(call: Any, n: int) -> float:
+        async def worker(j: int) -> None:
+            for i in range(j, n, in_flight):
+                await call(keys[i % len(keys)])
+        started = time.process_time()
+        await asyncio.gather(*(worker(j) for j in range(in_flight)))
+        return time.process_time() - started
+
+    await burst(call_a, 2000)
+    await burst(call_b, 2000)
+    pairs = [(await burst(call_a, size), await burst(call_b, size)) for _ in range(bursts)]
+    ratios = sorted(b / a for a, b in pairs)
+    calls = bursts * size
+    return sum(a for a, _ in pairs) / calls * 1e6, sum(b for _, b in pairs) / calls * 1e6, ratios[len(ratios) // 2]
+
+
 def _package(filename: str) -> str:
     if filename.startswith("~") or filename.startswith("<"):
         return "builtins (C calls)"
@@ -148,6 +169,11 @@ async def breakdown(settings: Any, redis_url: str, keys: list[str], n: int, prof
         print(f"  in-process CPU ratio B/A: as is {cpu['B'] / cpu['A']:.2f}; with async deps {cpu['B'] / cpu['A async deps']:.2f}; "
               f"on a plain Starlette route {cpu['B'] / cpu['A starlette']:.2f} (uvicorn's own per-request cost, the same "
               "for both, is not in these)")
+
+        a_cpu, b_cpu, median = await _interleaved(lambda k: call_a(a_path + k), lambda k: call_b(f"/bare/{k}"), keys)
+        print(f"  interleaved, 32 in flight (60 bursts of 256 calls, A then B in turn): A {a_cpu:.1f} us CPU, B {b_cpu:.1f} us "
+              f"CPU per call; B/A {b_cpu / a_cpu:.2f}, median of the bursts' B/A {median:.2f} (the steadiest in-process "
+              "figure on a noisy machine)")
 
         profiler = cProfile.Profile()
         for i in range(300):
