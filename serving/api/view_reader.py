@@ -240,8 +240,9 @@ class ServingStore:
         """The generation a read of ``view`` met (its pointer, ``processed`` and HEADER's ``meta``), checked
         (``_check_view``, ``_not_older``). Replies that passed the view check are remembered: the same
         parts give the same generation and the same verdict (a generation's metadata never changes, and
-        every part is in the cache key), so a read of a known generation skips both."""
-        seen = (view, generation, processed, *meta)
+        every part, and this API's definition of the view, is in the cache key), so a read of a known
+        generation skips both."""
+        seen = (view, None if self.definitions is None else self.definitions.get(view), generation, processed, *meta)
         served = self._checked.get(seen)
         if served is None:
             self._check_view(view, generation, processed, meta)
