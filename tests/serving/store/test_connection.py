@@ -30,6 +30,8 @@ COMMANDS: list[tuple] = [
     ("SET", "k", float("inf")),
     ("SET", "k", "x" * 100_000),  # past redis-py's buffer cutoff: it sends the value as a separate chunk
     ("CONFIG GET", "maxmemory"),  # several words: redis-py splits them
+    ("HGET\th", "f"),  # ... on any whitespace
+    ("SET", "k", memoryview(b"contiguous")),
     (b"SCRIPT LOAD", "return 1"),
 ]
 
@@ -40,6 +42,12 @@ def test_packs_the_bytes_redis_py_packs(args: tuple) -> None:
         packed = b"".join(_hiredis_packing(base)().pack_command(*args))
         assert packed == b"".join(base().pack_command(*args)), (base, args)
     assert b"".join(_HiredisPacker().pack(*args)) == b"".join(redis.Connection().pack_command(*args))
+
+
+def test_a_strided_memoryview_is_copied_as_redis_py_does() -> None:
+    args = ("SET", "k", memoryview(b"abcdef")[::2])  # hiredis alone would send the buffer's first 3 bytes
+    assert b"".join(_HiredisPacker().pack(*args)) == b"".join(redis.Connection().pack_command(*args))
+    assert b"".join(_HiredisPacker().pack(*args)).endswith(b"$3\r\nace\r\n")
 
 
 @pytest.mark.parametrize("value", [True, None, object(), "\ud800"])
