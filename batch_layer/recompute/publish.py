@@ -22,15 +22,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import redis
-from redis.typing import EncodableT, FieldT
+from redis.typing import EncodableT
 
 from batch_layer.errors import PublishError
-from serving.store.columns import key_column, window_column
+from serving.store import packed
+from serving.store.columns import bucket_name_column, key_column, row_value_column, suffix_column
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, epoch_marker, read_epoch, served_generation
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys, encode_field, row_parts
+from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_KEY, _WS = "_key", "_ws"
 _FLIP = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -2 end
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
@@ -50,80 +51,86 @@ return generation
 """
 
 
+_HASH, _ENTRY, _SKETCHES, _SKETCH_COUNT = "_hash", "_entry", "_sketches", "_sketch_count"
+
+
 @dataclass(frozen=True)
 class _LoadSpec:
     """What an executor needs to load one view's rows (picklable; no settings object, no clients)."""
 
     redis_url: str
-    pipeline: str
-    generation: int
     view: str
-    scalars: tuple[str, ...]
-    distinct: tuple[str, ...]
     chunk: int
 
 
 def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, redis_url: str, chunk: int) -> int:
     """Write one view's gold rows into Redis under generation ``generation``; returns rows written.
 
-    Key encoding happens in the JVM; the Python workers stream Arrow batches into pipelined HSETs
-    of whole rows (one per window per chunk; layout in ``serving.store.keys``), plus a PFADD per row
-    only for rows with many distinct values, one connection per partition.
+    The JVM spells each row's share of the commands (``serving.store.packed``): its rows-hash name,
+    its field and value (the layout in ``serving.store.keys``), and a PFADD of its distinct values
+    for each measure that has more than the exact list keeps. The Python workers group rows by hash
+    and send the buffers as they are: one HSET per hash and at most ``chunk`` rows, the PFADDs beside
+    them, one connection and one write per Arrow batch and node.
     """
     from pyspark.sql import functions as F
 
+    keys = store_keys(pipeline, redis_url)
+    key = key_column(view.keys)
+    window = suffix_column(WINDOW_START if view.window else None)
+    wide = [F.col(m.name) for m in view.distinct_measures]
+    sketches = [
+        F.when(F.size(values) > EXACT_DISTINCT_MAX, packed.array_command("PFADD", F.concat(
+            bucket_name_column(keys, key, functools.partial(_sketch_prefix, generation=generation, view=view.name,
+                                                            measure=m.name)), key, window,
+        ), values)) for m, values in zip(view.distinct_measures, wide)
+    ]
     encoded = rows.select(
-        key_column(view.keys).alias(_KEY),
-        window_column(WINDOW_START if view.window else None).alias(_WS),
-        *(F.col(m.name).cast("double") for m in view.scalar_measures),
-        *(F.col(m.name) for m in view.distinct_measures),
+        F.concat(bucket_name_column(keys, key, lambda b: b.rows(generation, view.name)), window).alias(_HASH),
+        F.concat(packed.bulk(key), packed.bulk(row_value_column(view))).alias(_ENTRY),
+        F.concat_ws("", *sketches).alias(_SKETCHES) if sketches else F.lit("").alias(_SKETCHES),
+        sum((F.when(F.size(values) > EXACT_DISTINCT_MAX, 1).otherwise(0) for values in wide),
+            F.lit(0)).alias(_SKETCH_COUNT),
     )
-    spec = _LoadSpec(
-        redis_url, pipeline, generation, view.name,
-        tuple(m.name for m in view.scalar_measures), tuple(m.name for m in view.distinct_measures), chunk,
-    )
-    assert [*spec.scalars, *spec.distinct] == row_parts(view)
+    spec = _LoadSpec(redis_url, view.name, chunk)
     counts = encoded.mapInArrow(functools.partial(_load_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
 
 
+def _sketch_prefix(bucket: Keys, *, generation: int, view: str, measure: str) -> str:
+    return bucket.sketch(generation, view, measure, "")
+
+
 def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    keys = store_keys(spec.pipeline, spec.redis_url)
     client = redis_client(spec.redis_url)
+    writer = packed.PackedWriter(client)
     written = 0
     try:
         for batch in batches:
-            columns = batch.to_pydict()
-            for start in range(0, batch.num_rows, spec.chunk):
-                stop = start + spec.chunk
-                pipe = client.pipeline(transaction=False)
-                _queue_chunk(pipe, keys, spec, {name: col[start:stop] for name, col in columns.items()})
-                pipe.execute()
+            _queue_batch(writer, spec, batch)
+            writer.flush()
             written += batch.num_rows
     finally:
+        writer.close()
         client.close()
     yield pa.RecordBatch.from_pydict({"rows": [written]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def _queue_chunk(pipe: redis.client.Pipeline, keys: Keys, spec: _LoadSpec, chunk: dict[str, list]) -> None:
-    by_window: dict[tuple[Keys, str | None], dict[FieldT, EncodableT]] = {}
-    scalars = [chunk[m] for m in spec.scalars]
-    distinct = [chunk[m] for m in spec.distinct]
-    dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
-    for i, (key, ws) in enumerate(zip(chunk[_KEY], chunk[_WS])):
-        bucket = keys.for_key(key)
-        parts: list[object] = [column[i] for column in scalars]
-        for measure, column in zip(spec.distinct, distinct):
-            members = column[i] or []
-            if len(members) <= EXACT_DISTINCT_MAX:
-                parts.append(members)
-            else:
-                field = encode_field(key, int(ws) if ws else None)
-                pipe.pfadd(bucket.sketch(spec.generation, spec.view, measure, field), *members)
-                parts.append(None)
-        by_window.setdefault((bucket, ws), {})[key] = dumps(parts)
-    for (bucket, ws), mapping in by_window.items():
-        pipe.hset(bucket.rows(spec.generation, spec.view, int(ws) if ws else None), mapping=mapping)
+def _queue_batch(writer: packed.PackedWriter, spec: _LoadSpec, batch: pa.RecordBatch) -> None:
+    """Queue one HSET per run of rows with the same hash (at most ``chunk`` rows), then their PFADDs."""
+    if batch.column(_ENTRY).null_count:
+        raise PublishError(f"view {spec.view!r}: a gold row has no key (a null key column); nothing more was loaded")
+    hashes = batch.column(_HASH).dictionary_encode()
+    order = np.argsort(hashes.indices.to_numpy(), kind="stable")
+    codes = hashes.indices.to_numpy()[order]
+    batch = batch.take(pa.array(order))
+    names = hashes.dictionary.to_pylist()
+    entries, sketches = batch.column(_ENTRY), batch.column(_SKETCHES)
+    counts = batch.column(_SKETCH_COUNT).to_numpy()
+    bounds = sorted({0, len(codes), *(np.flatnonzero(np.diff(codes)) + 1).tolist(), *range(0, len(codes), spec.chunk)})
+    for start, stop in zip(bounds, bounds[1:]):
+        name = names[codes[start]]
+        writer.queue(name, [packed.header(("HSET", name), 2 * (stop - start)), packed.span(entries, start, stop)], 1)
+        writer.queue(name, [packed.span(sketches, start, stop)], int(counts[start:stop].sum()))
 
 
 def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:

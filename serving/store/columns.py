@@ -6,13 +6,13 @@ and tested against it, so readers of the store never import pyspark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType
 
-from serving.store.keys import KEY_SEPARATOR
+from serving.store.keys import EXACT_DISTINCT_MAX, KEY_SEPARATOR, WINDOW_SEPARATOR, Keys
 from shared_logic.views import View
 
 
@@ -36,3 +36,37 @@ def integral_parts(view: View, rows: DataFrame) -> list[str]:
     an integral Spark type (counts; sums, minima and maxima of integer columns). Analysis only, no job."""
     scalar = {m.name for m in view.scalar_measures}
     return [f.name for f in view.aggregate(rows).schema.fields if f.name in scalar and isinstance(f.dataType, IntegralType)]
+
+
+def suffix_column(window_start: str | None) -> Column:
+    """``suffix`` in Spark: '' for all-time views, else '@' and the window start in epoch seconds."""
+    if window_start is None:
+        return F.lit("")
+    return F.concat(F.lit(WINDOW_SEPARATOR), window_column(window_start))
+
+
+def bucket_column(keys: Keys, key: Column) -> Column:
+    """``Keys.bucket_of`` in Spark: CRC-32 of the key's UTF-8 bytes, modulo the bucket count."""
+    if keys.buckets == 1:
+        return F.lit(0)
+    return (F.crc32(key.cast("binary")) % keys.buckets).cast("int")
+
+
+def bucket_name_column(keys: Keys, key: Column, name: Callable[[Keys], str]) -> Column:
+    """``name(keys.for_key(key))`` in Spark: a name spelled by ``Keys``, in the bucket of each row's key."""
+    if keys.buckets == 1:
+        return F.lit(name(keys))
+    names = F.array(*(F.lit(name(bucket)) for bucket in keys.all_buckets()))
+    return F.element_at(names, bucket_column(keys, key) + 1)
+
+
+def row_value_column(view: View) -> Column:
+    """A batch row's parts as the rows hash keeps them (``serving.store.keys``): a JSON array in
+    ``row_parts`` order, scalars as doubles (Java's shortest round-tripping spelling; null when
+    absent), each distinct measure's values as an array, or null above ``EXACT_DISTINCT_MAX``."""
+    parts = [F.coalesce(F.col(m.name).cast("double").cast("string"), F.lit("null")) for m in view.scalar_measures]
+    for measure in view.distinct_measures:
+        values = F.col(measure.name)
+        parts.append(F.when(F.size(values) > EXACT_DISTINCT_MAX, F.lit("null"))
+                     .otherwise(F.coalesce(F.to_json(values), F.lit("[]"))))
+    return F.concat(F.lit("["), F.concat_ws(",", *parts), F.lit("]"))

@@ -1,0 +1,151 @@
+"""Commands packed by Spark and sent as they are: Redis's mass insertion, for loading a generation.
+
+Loading a batch generation writes a hash field per view row (and, for rows with many distinct
+values, a PFADD of them). Turning each row into Python objects, JSON and redis-py arguments cost
+the workers about 12 us a row, several times what Redis spends storing it. Here the JVM spells
+each row's share of the commands in RESP, the protocol's own framing (``bulk``, ``array_command``),
+in the Spark stage that reads gold; a worker adds one header per command and writes the Arrow
+buffers to the socket as they are (``PackedWriter``): no Python per row. Every reply is read and
+checked, so a refused command fails the load rather than leave a hole.
+
+Every command sent this way must be idempotent (HSET of a field's final value, PFADD): after a
+lost connection the whole flush is sent again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import redis
+from redis.cluster import RedisCluster
+from redis.connection import Connection
+
+from serving.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+CRLF = "\r\n"
+
+
+class PackedCommandError(StoreError):
+    """Redis refused a packed command (or could not be reached): the load is incomplete."""
+
+
+# -- the JVM half: RESP spelled as Spark columns --------------------------------------------------
+
+def bulk(value: Column) -> Column:
+    """A string column as RESP bulk strings: ``$<length in bytes>\\r\\n<value>\\r\\n`` (null stays null)."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit("$"), F.octet_length(value).cast("string"), F.lit(CRLF), value, F.lit(CRLF))
+
+
+def array_command(name: str, key: Column, members: Column) -> Column:
+    """One whole command per row: ``name key member...`` for every element of the string array
+    ``members`` (the form of PFADD and SADD). Null when ``members`` is null."""
+    from pyspark.sql import functions as F
+
+    head = F.concat(F.lit("*"), (F.size(members) + 2).cast("string"), F.lit(CRLF), F.lit(_bulk(name.encode()).decode()))
+    return F.concat(head, bulk(key), F.array_join(F.transform(members, bulk), ""))
+
+
+# -- the worker half: send buffers, check replies ---------------------------------------------------
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def span(values: pa.Array, start: int, stop: int) -> memoryview:
+    """The bytes of ``values[start:stop]`` (an Arrow string or binary array without nulls: ``bulk``
+    spelled them), as they lie side by side in its data buffer: a view, no copy."""
+    _, offsets, data = values.buffers()
+    width = np.int64 if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type) else np.int32
+    at = np.frombuffer(offsets, dtype=width, count=len(values) + 1 + values.offset)[values.offset:]
+    return memoryview(data)[int(at[start]):int(at[stop])] if data is not None else memoryview(b"")
+
+
+def header(args: Sequence[str], more: int) -> bytes:
+    """The start of a command of ``args`` followed by ``more`` arguments packed elsewhere (``bulk``)."""
+    return b"*%d\r\n" % (len(args) + more) + b"".join(_bulk(a.encode()) for a in args)
+
+
+@dataclass
+class _Queue:
+    """What waits to go to one node, on the connection it goes by."""
+
+    node: str
+    connection: Connection
+    parts: list[bytes | memoryview] = field(default_factory=list)
+    commands: int = 0
+
+    def send(self) -> None:
+        """Write everything in one go, then read and check a reply per command."""
+        self.connection.send_packed_command([b"".join(self.parts)])
+        for i in range(self.commands):
+            try:
+                self.connection.read_response()
+            except redis.ResponseError as e:
+                self.connection.disconnect()  # the rest of the replies are unread
+                where = f" on {self.node}" if self.node else ""
+                raise PackedCommandError(f"Redis refused packed command {i + 1} of {self.commands}{where}: {e}") from e
+
+
+class PackedWriter:
+    """Queues packed commands per Redis node and sends each node's queue in one write (``flush``),
+    then reads every reply. On a Redis Cluster a command goes to the master of its ``route`` key's
+    slot; every key a command names must share that slot (the store's hash tags see to it).
+
+    Not thread-safe; one per worker. ``close`` gives the connections back.
+    """
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._queues: dict[str, _Queue] = {}
+
+    def queue(self, route: str, packed: Sequence[bytes | memoryview], commands: int) -> None:
+        """Queue ``packed``: the bytes of ``commands`` whole commands for the node of key ``route``."""
+        if commands:
+            queue = self._queue_for(route)
+            queue.parts.extend(packed)
+            queue.commands += commands
+
+    def flush(self) -> int:
+        """Send what is queued and read every reply; returns the commands sent. A lost connection is
+        retried as the client's ``Retry`` says (everything sent is idempotent); raises
+        PackedCommandError when Redis refused a command (its connection is then dropped, not reused)."""
+        sent = 0
+        for queue in self._queues.values():
+            if queue.commands:
+                try:
+                    queue.connection.retry.call_with_retry(queue.send, lambda _error, c=queue.connection: c.disconnect())
+                    sent += queue.commands
+                finally:  # sent or failed, never sent again
+                    queue.parts.clear()
+                    queue.commands = 0
+        return sent
+
+    def close(self) -> None:
+        for queue in self._queues.values():
+            self._pool(queue.node).release(queue.connection)
+        self._queues.clear()
+
+    def _queue_for(self, route: str) -> _Queue:
+        node = self._node(route)
+        if node not in self._queues:
+            self._queues[node] = _Queue(node, self._pool(node).get_connection())
+        return self._queues[node]
+
+    def _node(self, route: str) -> str:
+        if isinstance(self._client, RedisCluster):
+            return str(self._client.get_node_from_key(route).name)
+        return ""
+
+    def _pool(self, node: str) -> redis.ConnectionPool:
+        if isinstance(self._client, RedisCluster):
+            return self._client.get_redis_connection(self._client.get_node(node_name=node)).connection_pool
+        return self._client.connection_pool
