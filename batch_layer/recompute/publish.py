@@ -28,7 +28,7 @@ import redis
 from redis.typing import EncodableT
 
 from batch_layer.errors import PublishError
-from serving.store import packed
+from serving.store import hyperloglog, packed
 from serving.store.columns import bucket_name_column, key_column, row_value_column, suffix_column
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, epoch_marker, read_epoch, served_generation
@@ -36,7 +36,7 @@ from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ return generation
 """
 
 
-_HASH, _ENTRY, _SKETCHES, _SKETCH_COUNT = "_hash", "_entry", "_sketches", "_sketch_count"
+_HASH, _ENTRY, _SKETCH, _MEMBERS = "_hash", "_entry", "_sketch", "_members"
 
 
 @dataclass(frozen=True)
@@ -61,37 +61,37 @@ class _LoadSpec:
     redis_url: str
     view: str
     chunk: int
+    distinct: int
 
 
 def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, redis_url: str, chunk: int) -> int:
     """Write one view's gold rows into Redis under generation ``generation``; returns rows written.
 
     The JVM spells each row's share of the commands (``serving.store.packed``): its rows-hash name,
-    its field and value (the layout in ``serving.store.keys``), and a PFADD of its distinct values
-    for each measure that has more than the exact list keeps. The Python workers group rows by hash
-    and send the buffers as they are: one HSET per hash and at most ``chunk`` rows, the PFADDs beside
-    them, one connection and one write per Arrow batch and node.
+    its field and value (the layout in ``serving.store.keys``), and for each distinct measure with
+    more values than the exact list keeps, its sketch's name and the values. The Python workers
+    group rows by hash and send the JVM's buffers as they are, one HSET per hash and at most
+    ``chunk`` rows, and build those sketches themselves (``serving.store.hyperloglog``), one SET
+    each: one connection and one write per Arrow batch and node.
     """
     from pyspark.sql import functions as F
 
     keys = store_keys(pipeline, redis_url)
     key = key_column(view.keys)
     window = suffix_column(WINDOW_START if view.window else None)
-    wide = [F.col(m.name) for m in view.distinct_measures]
-    sketches = [
-        F.when(F.size(values) > EXACT_DISTINCT_MAX, packed.array_command("PFADD", F.concat(
-            bucket_name_column(keys, key, functools.partial(_sketch_prefix, generation=generation, view=view.name,
-                                                            measure=m.name)), key, window,
-        ), values)) for m, values in zip(view.distinct_measures, wide)
-    ]
+    wide: list[Column] = []
+    for i, measure in enumerate(view.distinct_measures):
+        values = F.col(measure.name)
+        over = F.size(values) > EXACT_DISTINCT_MAX
+        prefix = functools.partial(_sketch_prefix, generation=generation, view=view.name, measure=measure.name)
+        wide += [F.when(over, F.concat(bucket_name_column(keys, key, prefix), key, window)).alias(f"{_SKETCH}{i}"),
+                 F.when(over, values).alias(f"{_MEMBERS}{i}")]
     encoded = rows.select(
         F.concat(bucket_name_column(keys, key, lambda b: b.rows(generation, view.name)), window).alias(_HASH),
         F.concat(packed.bulk(key), packed.bulk(row_value_column(view))).alias(_ENTRY),
-        F.concat_ws("", *sketches).alias(_SKETCHES) if sketches else F.lit("").alias(_SKETCHES),
-        sum((F.when(F.size(values) > EXACT_DISTINCT_MAX, 1).otherwise(0) for values in wide),
-            F.lit(0)).alias(_SKETCH_COUNT),
+        *wide,
     )
-    spec = _LoadSpec(redis_url, view.name, chunk)
+    spec = _LoadSpec(redis_url, view.name, chunk, len(view.distinct_measures))
     counts = encoded.mapInArrow(functools.partial(_load_partition, spec), "rows long").collect()
     return sum(r.rows for r in counts)
 
@@ -116,7 +116,7 @@ def _load_partition(spec: _LoadSpec, batches: Iterator[pa.RecordBatch]) -> Itera
 
 
 def _queue_batch(writer: packed.PackedWriter, spec: _LoadSpec, batch: pa.RecordBatch) -> None:
-    """Queue one HSET per run of rows with the same hash (at most ``chunk`` rows), then their PFADDs."""
+    """Queue one HSET per run of rows with the same hash (at most ``chunk`` rows), then a SET per sketch."""
     if batch.column(_ENTRY).null_count:
         raise PublishError(f"view {spec.view!r}: a gold row has no key (a null key column); nothing more was loaded")
     hashes = batch.column(_HASH).dictionary_encode()
@@ -124,13 +124,17 @@ def _queue_batch(writer: packed.PackedWriter, spec: _LoadSpec, batch: pa.RecordB
     codes = hashes.indices.to_numpy()[order]
     batch = batch.take(pa.array(order))
     names = hashes.dictionary.to_pylist()
-    entries, sketches = batch.column(_ENTRY), batch.column(_SKETCHES)
-    counts = batch.column(_SKETCH_COUNT).to_numpy()
+    entries = batch.column(_ENTRY)
+    wide = [(batch.column(f"{_SKETCH}{i}").to_pylist(), hyperloglog.sketches(batch.column(f"{_MEMBERS}{i}")))
+            for i in range(spec.distinct)]
     bounds = sorted({0, len(codes), *(np.flatnonzero(np.diff(codes)) + 1).tolist(), *range(0, len(codes), spec.chunk)})
     for start, stop in zip(bounds, bounds[1:]):
         name = names[codes[start]]
         writer.queue(name, [packed.header(("HSET", name), 2 * (stop - start)), packed.span(entries, start, stop)], 1)
-        writer.queue(name, [packed.span(sketches, start, stop)], int(counts[start:stop].sum()))
+        sets = [packed.command("SET", key, sketch) for sketch_keys, sketches in wide
+                for key, sketch in zip(sketch_keys[start:stop], sketches[start:stop])
+                if key is not None and sketch is not None]
+        writer.queue(name, sets, len(sets))
 
 
 def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import hiredis
 import numpy as np
 import pyarrow as pa
 import redis
@@ -67,6 +68,12 @@ def span(values: pa.Array, start: int, stop: int) -> memoryview:
     width = np.int64 if pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type) else np.int32
     at = np.frombuffer(offsets, dtype=width, count=len(values) + 1 + values.offset)[values.offset:]
     return memoryview(data)[int(at[start]):int(at[stop])] if data is not None else memoryview(b"")
+
+
+def command(*args: Any) -> bytes:
+    """One whole command of str or bytes arguments, packed by hiredis (as the platform's clients pack theirs)."""
+    packed: bytes = hiredis.pack_command(args)
+    return packed
 
 
 def header(args: Sequence[str], more: int) -> bytes:
