@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     )
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")
-    redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per pipelined Redis write when publishing.")
+    redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per HSET when publishing a generation.")
     speed_trigger_seconds: float = Field(
         0.1, ge=0, le=3600, description="Speed layer trigger interval: how often it looks for new master versions. "
         "An idle look is one read of a commit file that is not there yet (the idle speed layer measured 0.03 cores "

@@ -84,8 +84,10 @@ def load_view(rows: DataFrame, view: View, *, pipeline: str, generation: int, re
         values = F.col(measure.name)
         over = F.size(values) > EXACT_DISTINCT_MAX
         prefix = functools.partial(_sketch_prefix, generation=generation, view=view.name, measure=measure.name)
+        # Empty, not null, for the rest: Spark 4.2's Arrow writer took 15x as long over an array
+        # column of nulls (11.5 against 0.8 s for 1.2M rows).
         wide += [F.when(over, F.concat(bucket_name_column(keys, key, prefix), key, window)).alias(f"{_SKETCH}{i}"),
-                 F.when(over, values).alias(f"{_MEMBERS}{i}")]
+                 F.when(over, values).otherwise(F.array().cast("array<string>")).alias(f"{_MEMBERS}{i}")]
     encoded = rows.select(
         F.concat(bucket_name_column(keys, key, lambda b: b.rows(generation, view.name)), window).alias(_HASH),
         F.concat(packed.bulk(key), packed.bulk(row_value_column(view))).alias(_ENTRY),
@@ -125,16 +127,32 @@ def _queue_batch(writer: packed.PackedWriter, spec: _LoadSpec, batch: pa.RecordB
     batch = batch.take(pa.array(order))
     names = hashes.dictionary.to_pylist()
     entries = batch.column(_ENTRY)
-    wide = [(batch.column(f"{_SKETCH}{i}").to_pylist(), hyperloglog.sketches(batch.column(f"{_MEMBERS}{i}")))
-            for i in range(spec.distinct)]
+    at, sets = _sketch_commands(spec, batch)
     bounds = sorted({0, len(codes), *(np.flatnonzero(np.diff(codes)) + 1).tolist(), *range(0, len(codes), spec.chunk)})
     for start, stop in zip(bounds, bounds[1:]):
         name = names[codes[start]]
         writer.queue(name, [packed.header(("HSET", name), 2 * (stop - start)), packed.span(entries, start, stop)], 1)
-        sets = [packed.command("SET", key, sketch) for sketch_keys, sketches in wide
-                for key, sketch in zip(sketch_keys[start:stop], sketches[start:stop])
-                if key is not None and sketch is not None]
-        writer.queue(name, sets, len(sets))
+        first, last = np.searchsorted(at, [start, stop])
+        writer.queue(name, sets[first:last], int(last - first))
+
+
+def _sketch_commands(spec: _LoadSpec, batch: pa.RecordBatch) -> tuple[np.ndarray, list[bytes]]:
+    """The SET of each wide row's sketch, and the rows they belong to (ascending)."""
+    rows: list[np.ndarray] = []
+    sets: list[bytes] = []
+    for i in range(spec.distinct):
+        sketch_keys = batch.column(f"{_SKETCH}{i}")
+        wide = np.flatnonzero(sketch_keys.is_valid().to_numpy(zero_copy_only=False))
+        if len(wide):
+            members = batch.column(f"{_MEMBERS}{i}").take(pa.array(wide))
+            rows.append(wide)
+            sets += [packed.command("SET", key, sketch) for key, sketch in
+                     zip(sketch_keys.take(pa.array(wide)).to_pylist(), hyperloglog.sketches(members))]
+    if not rows:
+        return np.zeros(0, dtype=np.int64), []
+    every = np.concatenate(rows)
+    order = np.argsort(every, kind="stable")
+    return every[order], [sets[j] for j in order.tolist()]
 
 
 def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:

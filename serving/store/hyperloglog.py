@@ -6,8 +6,10 @@ the registers themselves, vectorized, and send one string per row. The registers
 exactly (``hyperloglog.c``: MurmurHash64A with seed 0xadc83b19 over the member's bytes; the low 14
 bits pick one of 16,384 registers, the run of zeros above them counts), so PFCOUNT and PFMERGE
 with sketches Redis made (the realtime segments') answer as if Redis had built them. The encoding
-is Redis's too: sparse while it fits ``SPARSE_MAX_BYTES`` (Redis's ``hll-sparse-max-bytes``
-default) and every register is at most 32, dense otherwise; the cached cardinality is marked
+is Redis's too: sparse while the whole string fits ``SPARSE_MAX_BYTES`` (Redis's
+``hll-sparse-max-bytes`` default) and every register is at most 32, dense otherwise (a VAL opcode
+per register: Redis merges equal neighbours, so a sketch near the limit may be dense here where
+Redis's would still be sparse; the registers are the same); the cached cardinality is marked
 stale, so Redis computes it on first count, as after a PFADD.
 """
 
@@ -33,12 +35,14 @@ def sketches(members: pa.ListArray | pa.LargeListArray) -> list[bytes | None]:
     """For each list of string members, the HyperLogLog Redis would hold after PFADD of all of them
     to an absent key (None for a null list; an empty list gives an empty sketch)."""
     values = pc.cast(members.flatten(), pa.binary())
+    if values.null_count:
+        raise ValueError("a list of members holds a null: PFADD has no null to add")
     lengths = pc.fill_null(pc.list_value_length(members), 0).to_numpy(zero_copy_only=False)
     index, count = _patterns(values)
     # Each row's registers: the largest count per (row, index), in index order.
     slot = np.repeat(np.arange(len(members), dtype=np.int64), lengths) * REGISTERS + index
-    order = np.lexsort((count, slot))
-    slot, count = slot[order], count[order]
+    ranked = np.sort(slot * 64 + count)  # counts are at most 51: by slot, then count
+    slot, count = ranked >> 6, ranked & 63
     last = np.ones(len(slot), dtype=bool)
     last[:-1] = slot[1:] != slot[:-1]
     slot, count = slot[last], count[last]
@@ -52,7 +56,7 @@ def sketches(members: pa.ListArray | pa.LargeListArray) -> list[bytes | None]:
         lo, hi = bounds[r], bounds[r + 1]
         if not valid:
             out.append(None)
-        elif hi - lo <= SPARSE_MAX_BYTES and not too_high[r]:
+        elif len(_HEADER[1]) + hi - lo <= SPARSE_MAX_BYTES and not too_high[r]:
             out.append(_HEADER[1] + sparse[lo:hi].tobytes())
         else:
             out.append(_HEADER[0] + _dense(index[starts[r]:starts[r + 1]], count[starts[r]:starts[r + 1]]))
@@ -75,24 +79,21 @@ def _murmur64a(values: pa.BinaryArray) -> np.ndarray:
     start = np.frombuffer(offsets, dtype=np.int32, count=len(values) + 1 + values.offset)[values.offset:]
     raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
     raw = np.concatenate([raw, np.zeros(8, dtype=np.uint8)])  # so every 8-byte read stays inside
+    words = np.ndarray((len(raw) - 7,), dtype="<u8", buffer=raw, strides=(1,))  # words[j]: the 8 bytes from j
     begin, length = start[:-1].astype(np.int64), np.diff(start).astype(np.int64)
     with np.errstate(over="ignore"):
         h = np.uint64(_SEED) ^ (length.astype(np.uint64) * _M)
-        for block in range(int(length.max(initial=0)) // 8):
-            has = np.flatnonzero(length // 8 > block)
-            at = begin[has] + 8 * block
-            k = raw[at[:, None] + np.arange(8)].view("<u8").ravel()
-            k = k * _M
+        blocks = length // 8
+        for block in range(int(blocks.max(initial=0))):
+            has = slice(None) if block < blocks.min() else np.flatnonzero(blocks > block)  # all, or the longer ones
+            k = words[begin[has] + 8 * block] * _M
             k ^= k >> _R
             k = k * _M
             h[has] = (h[has] ^ k) * _M
-        tail = length % 8
-        tail_at = begin + length - tail
-        for byte in range(6, -1, -1):
-            has = np.flatnonzero(tail > byte)
-            h[has] ^= raw[tail_at[has] + byte].astype(np.uint64) << np.uint64(8 * byte)
-        has = np.flatnonzero(tail > 0)
-        h[has] = h[has] * _M
+        tail = (length % 8).astype(np.uint64)
+        # The last len % 8 bytes, little-endian: an 8-byte read (the buffer is padded) masked to them.
+        h ^= words[begin + 8 * blocks] & ((np.uint64(1) << (tail * np.uint64(8))) - np.uint64(1))
+        h = np.where(tail > 0, h * _M, h)
         h ^= h >> _R
         h = h * _M
         h ^= h >> _R

@@ -14,6 +14,7 @@ lost connection the whole flush is sent again.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,8 +23,10 @@ import hiredis
 import numpy as np
 import pyarrow as pa
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import Connection
+from redis.retry import Retry
 
 from serving.store.errors import StoreError
 
@@ -34,7 +37,7 @@ CRLF = "\r\n"
 
 
 class PackedCommandError(StoreError):
-    """Redis refused a packed command (or could not be reached): the load is incomplete."""
+    """Redis refused a packed command: the load is incomplete."""
 
 
 # -- the JVM half: RESP spelled as Spark columns --------------------------------------------------
@@ -48,11 +51,12 @@ def bulk(value: Column) -> Column:
 
 def array_command(name: str, key: Column, members: Column) -> Column:
     """One whole command per row: ``name key member...`` for every element of the string array
-    ``members`` (the form of PFADD and SADD). Null when ``members`` is null."""
+    ``members`` but nulls (the form of PFADD and SADD). Null when ``members`` is null."""
     from pyspark.sql import functions as F
 
-    head = F.concat(F.lit("*"), (F.size(members) + 2).cast("string"), F.lit(CRLF), F.lit(_bulk(name.encode()).decode()))
-    return F.concat(head, bulk(key), F.array_join(F.transform(members, bulk), ""))
+    present = F.filter(members, lambda m: m.isNotNull())  # a null would be counted, not sent
+    head = F.concat(F.lit("*"), (F.size(present) + 2).cast("string"), F.lit(CRLF), F.lit(_bulk(name.encode()).decode()))
+    return F.concat(head, bulk(key), F.array_join(F.transform(present, bulk), ""))
 
 
 # -- the worker half: send buffers, check replies ---------------------------------------------------
@@ -83,9 +87,13 @@ def header(args: Sequence[str], more: int) -> bytes:
 
 @dataclass
 class _Queue:
-    """What waits to go to one node, on the connection it goes by."""
+    """What waits to go to one node, on the connection it goes by (taken from ``pool``)."""
 
     node: str
+    route: str
+    """A key of one of its commands: after a failover, the node that now serves it (a master's
+    slots move to one replica together)."""
+    pool: redis.ConnectionPool
     connection: Connection
     parts: list[bytes | memoryview] = field(default_factory=list)
     commands: int = 0
@@ -101,17 +109,26 @@ class _Queue:
                 where = f" on {self.node}" if self.node else ""
                 raise PackedCommandError(f"Redis refused packed command {i + 1} of {self.commands}{where}: {e}") from e
 
+    def clear(self) -> None:
+        self.parts.clear()
+        self.commands = 0
+
 
 class PackedWriter:
     """Queues packed commands per Redis node and sends each node's queue in one write (``flush``),
     then reads every reply. On a Redis Cluster a command goes to the master of its ``route`` key's
     slot; every key a command names must share that slot (the store's hash tags see to it).
 
-    Not thread-safe; one per worker. ``close`` gives the connections back.
+    A lost connection is retried with the client's ``Retry`` (on a cluster, after asking it where
+    the slots are now); everything sent this way must be idempotent. Not thread-safe; one per
+    worker. ``close`` gives the connections back.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
+        self._cluster = isinstance(client, RedisCluster)
+        retry = client.retry if isinstance(client, RedisCluster) else client.get_retry()
+        self._retry = retry if retry is not None else Retry(NoBackoff(), retries=0)
         self._queues: dict[str, _Queue] = {}
 
     def queue(self, route: str, packed: Sequence[bytes | memoryview], commands: int) -> None:
@@ -122,29 +139,41 @@ class PackedWriter:
             queue.commands += commands
 
     def flush(self) -> int:
-        """Send what is queued and read every reply; returns the commands sent. A lost connection is
-        retried as the client's ``Retry`` says (everything sent is idempotent); raises
-        PackedCommandError when Redis refused a command (its connection is then dropped, not reused)."""
+        """Send what is queued and read every reply; returns the commands sent. Raises
+        PackedCommandError when Redis refused a command, redis.ConnectionError when a node stayed
+        out of reach; either way nothing queued is kept (a writer that failed starts empty)."""
         sent = 0
-        for queue in self._queues.values():
-            if queue.commands:
-                try:
-                    queue.connection.retry.call_with_retry(queue.send, lambda _error, c=queue.connection: c.disconnect())
+        try:
+            for queue in self._queues.values():
+                if queue.commands:
+                    self._retry.call_with_retry(queue.send, functools.partial(self._reconnect, queue))
                     sent += queue.commands
-                finally:  # sent or failed, never sent again
-                    queue.parts.clear()
-                    queue.commands = 0
+                    queue.clear()
+        finally:
+            for queue in self._queues.values():
+                queue.clear()
         return sent
 
     def close(self) -> None:
         for queue in self._queues.values():
-            self._pool(queue.node).release(queue.connection)
+            queue.pool.release(queue.connection)
         self._queues.clear()
+
+    def _reconnect(self, queue: _Queue, _error: Exception) -> None:
+        queue.connection.disconnect()
+        if self._cluster:
+            assert isinstance(self._client, RedisCluster)
+            queue.pool.release(queue.connection)
+            self._client.nodes_manager.initialize()
+            queue.node = self._node(queue.route)
+            queue.pool = self._pool(queue.node)
+            queue.connection = queue.pool.get_connection()
 
     def _queue_for(self, route: str) -> _Queue:
         node = self._node(route)
         if node not in self._queues:
-            self._queues[node] = _Queue(node, self._pool(node).get_connection())
+            pool = self._pool(node)
+            self._queues[node] = _Queue(node, route, pool, pool.get_connection())
         return self._queues[node]
 
     def _node(self, route: str) -> str:

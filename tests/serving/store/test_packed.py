@@ -75,3 +75,34 @@ def test_a_refused_command_fails_the_flush_by_name_and_the_next_flush_works(redi
 
 def _bulk_pairs(*pairs: tuple[str, str]) -> bytes:
     return b"".join(b"$%d\r\n%s\r\n" % (len(p.encode()), p.encode()) for pair in pairs for p in pair)
+
+
+def test_a_null_member_is_left_out_not_counted(spark: Any) -> None:
+    df = spark.createDataFrame([("k", ["a", None, "b"])], "k string, m array<string>")
+    (row,) = df.select(array_command("PFADD", F.col("k"), F.col("m")).alias("c")).collect()
+    assert row.c.encode() == hiredis.pack_command(("PFADD", "k", "a", "b"))
+
+
+def test_on_a_cluster_commands_reach_their_slots_owner_and_a_dropped_connection_is_sent_again(cluster_url: str) -> None:
+    from serving.store.connection import redis_client
+
+    client = redis_client(cluster_url)
+    writer = PackedWriter(client)
+    keys = [f"{{t{i}}}:k" for i in range(12)]  # hash tags over several slots, so several masters
+    for key in keys:
+        writer.queue(key, [hiredis.pack_command(("SET", key, "1"))], 1)
+    assert writer.flush() == len(keys) and len({client.get_node_from_key(k).name for k in keys}) > 1
+    for node in client.get_primaries():  # every master drops its clients: the writer's too
+        client.get_redis_connection(node).client_kill_filter(_type="normal", skipme=True)
+    for key in keys:
+        writer.queue(key, [hiredis.pack_command(("SET", key, "2"))], 1)
+    assert writer.flush() == len(keys)
+    assert [client.get(k) for k in keys] == [b"2"] * len(keys)
+    client.set(keys[0], "not a hash")
+    for key in keys:
+        writer.queue(key, [hiredis.pack_command(("HSET", key, "f", "v"))], 1)
+    with pytest.raises(PackedCommandError, match="WRONGTYPE"):
+        writer.flush()
+    assert writer.flush() == 0  # what other nodes had queued went with the failure, not into the next flush
+    writer.close()
+    client.close()
