@@ -122,8 +122,9 @@ def _queue_batch(writer: packed.PackedWriter, spec: _LoadSpec, batch: pa.RecordB
     if batch.column(_ENTRY).null_count:
         raise PublishError(f"view {spec.view!r}: a gold row has no key (a null key column); nothing more was loaded")
     hashes = batch.column(_HASH).dictionary_encode()
-    order = np.argsort(hashes.indices.to_numpy(), kind="stable")
-    codes = hashes.indices.to_numpy()[order]
+    codes = hashes.indices.to_numpy()
+    order = np.argsort(codes, kind="stable")
+    codes = codes[order]
     batch = batch.take(pa.array(order))
     names = hashes.dictionary.to_pylist()
     entries = batch.column(_ENTRY)

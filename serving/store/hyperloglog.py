@@ -26,7 +26,7 @@ _SEED = 0xADC83B19
 _M = np.uint64(0xC6A4A7935BD1E995)
 _R = np.uint64(47)
 _SPARSE_VALUE_MAX = 32
-_ZERO_MAX, _XZERO_MAX = 64, REGISTERS
+_ZERO_MAX = 64
 #: "HYLL", encoding (0 dense, 1 sparse), 3 unused bytes, cached cardinality with its stale bit set.
 _HEADER = {encoding: b"HYLL" + bytes([encoding, 0, 0, 0]) + bytes(7) + b"\x80" for encoding in (0, 1)}
 
@@ -116,8 +116,7 @@ def _sparse(row: np.ndarray, index: np.ndarray, count: np.ndarray,
     trailer = starts[1:] + np.arange(rows)
     gap = np.empty(len(index) + rows, dtype=np.int64)
     value = np.zeros(len(index) + rows, dtype=np.int64)
-    previous = np.empty(len(index), dtype=np.int64)
-    previous[:] = -1
+    previous = np.full(len(index), -1, dtype=np.int64)
     follows = np.ones(len(index), dtype=bool)
     follows[starts[:-1][starts[:-1] < len(index)]] = False  # a row's first register follows nothing
     previous[1:][follows[1:]] = index[:-1][follows[1:]]
