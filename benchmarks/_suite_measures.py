@@ -125,9 +125,15 @@ def _speed_rate(f: Figures) -> Outcome:
 
 
 def _speed_ratio(f: Figures) -> Outcome:
+    """Judged on the sustained rate (after the first micro-batch) where the run had more than one."""
     ratio = f["events_per_s"] / f["baseline_events_per_s"]
-    return Outcome(f"{ratio:.2f}x ({f['events_per_s']:,.0f} vs {f['baseline_events_per_s']:,.0f} events/s, "
-                   f"{_events(f['events'])} events)", ratio >= 0.7)
+    sustained = f.get("sustained_events_per_s")
+    if not sustained:
+        return Outcome(f"{ratio:.2f}x ({f['events_per_s']:,.0f} vs {f['baseline_events_per_s']:,.0f} events/s, "
+                       f"{_events(f['events'])} events, start included)", ratio >= 0.7)
+    kept = sustained / f["baseline_events_per_s"]
+    return Outcome(f"sustained {kept:.2f}x ({sustained:,.0f} vs {f['baseline_events_per_s']:,.0f} events/s; "
+                   f"{ratio:.2f}x with the start, {_events(f['events'])} events)", kept >= 0.7)
 
 
 def _sizes(f: Figures) -> str:

@@ -32,7 +32,8 @@ from _harness import ROOT, alternate, git_commit, print_medians
 QUERY_FIGURES = {"A/B": r"THROUGHPUT A/B = ([\d.]+)", "A req/s": r"median: A ([\d,]+) req/s",
                  "B req/s": r"median: A [\d,]+ req/s, B ([\d,]+) req/s",
                  "A p99 ms at half": r"A p99 AT HALF SATURATION = ([\d.]+) ms"}
-SPEED_FIGURES = {"events/s": r"speed layer: ([\d,]+) events/s", "baseline events/s": r"baseline\s*: ([\d,]+) events/s"}
+SPEED_FIGURES = {"events/s": r"speed layer: ([\d,]+) events/s", "sustained events/s": r"sustained: ([\d,]+) events/s",
+                 "baseline events/s": r"baseline\s*: ([\d,]+) events/s"}
 LOWER_IS_BETTER = {"A p99 ms at half"}
 
 
