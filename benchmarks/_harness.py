@@ -216,11 +216,13 @@ def figure(pattern: str, text: str) -> float | None:
 
 
 def alternate(commands: dict[str, tuple[list[str], dict[str, str], Path]], figures: dict[str, str], *, repeat: int,
-              log_dir: Path, timeout: float = 1800.0) -> dict[str, dict[str, list[float]]]:
+              log_dir: Path, timeout: float = 1800.0, optional: frozenset[str] = frozenset()
+              ) -> dict[str, dict[str, list[float]]]:
     """Run each command (argv, environment, working folder) once per round, in the same order every
     round (A B A B ...), so drift on a shared machine hits each alike; read ``figures`` (name -> regex
-    with one number group) from what each run printed. Every run's output is kept in ``log_dir``.
-    Returns command -> figure -> values.
+    with one number group) from what each run printed; a run missing a figure not in ``optional`` stops
+    the comparison. Every run's output is kept in ``log_dir``. Returns command -> figure -> values
+    (an optional figure only from the runs that printed it).
 
     The working folder matters: Spark starts its Python workers with ``python -m`` in the driver's
     folder, so a project in that folder is imported before anything on ``PYTHONPATH``."""
@@ -235,12 +237,13 @@ def alternate(commands: dict[str, tuple[list[str], dict[str, str], Path]], figur
                                     timeout=timeout).returncode
             text = log.read_text()
             values = {f: figure(pattern, text) for f, pattern in figures.items()}
-            missing = [f for f, v in values.items() if v is None]
+            missing = [f for f, v in values.items() if v is None and f not in optional]
             if rc != 0 or missing:
                 raise SystemExit(f"{name} (round {round_}) exited {rc}, figures missing {missing}; see {log}")
             for f, v in values.items():
-                found[name][f].append(v)  # type: ignore[arg-type]
-            shown = ", ".join(f"{f} {v:,.2f}" for f, v in values.items())  # type: ignore[str-format]
+                if v is not None:
+                    found[name][f].append(v)
+            shown = ", ".join(f"{f} {v:,.2f}" for f, v in values.items() if v is not None)
             print(f"  round {round_} {name:<24} {shown}   ({time.perf_counter() - started:.0f} s)", flush=True)
     return found
 

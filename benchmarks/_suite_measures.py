@@ -38,7 +38,7 @@ BENCHES = (
           ("throughput", "--events", "200000", "--versions", "20", "--users", "50000"),
           ("throughput", "--events", "2000000", "--versions", "200", "--users", "50000"), 300),
     Bench("speed_1k", "benchmarks/speed_layer_bench.py",
-          ("throughput", "--events", "200000", "--versions", "20", "--users", "1000"),
+          ("throughput", "--events", "200000", "--versions", "20", "--users", "1000", "--max-rows", "50000"),
           ("throughput", "--events", "2000000", "--versions", "200", "--users", "1000"), 300),
     Bench("freshness", "benchmarks/speed_layer_bench.py",
           ("freshness", "--events", "40", "--rate", "4", "--idle-seconds", "5"),

@@ -77,9 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"each run's output: {log_dir}", flush=True)
     for kind in args.only:
         print(f"\n== {kind}: {args.repeat} runs of each checkout in rotation", flush=True)
+        # The sustained rate is printed only by runs of more than one micro-batch, from b5ccd07 on.
         found = alternate(_commands(kind, checkouts, args), QUERY_FIGURES if kind == "query" else SPEED_FIGURES,
-                          repeat=args.repeat, log_dir=log_dir / kind)
+                          repeat=args.repeat, log_dir=log_dir / kind, optional=frozenset({"sustained events/s"}))
         for fig in next(iter(found.values())):
+            if not all(f[fig] for f in found.values()):
+                print(f"\n{kind}: {fig}: not printed by every checkout's runs")
+                continue
             print_medians(f"{kind}: {fig}", {name: f[fig] for name, f in found.items()}, baseline="before",
                           unit="", higher_is_better=fig not in LOWER_IS_BETTER)
     return 0

@@ -1,6 +1,7 @@
 """What a speed-layer write costs Redis per view row, against the minimal native writes of the same rows.
 
     .venv/bin/python benchmarks/segment_write_bench.py [--rows 200000 --users 50000 --windows 24 --rounds 3]
+    .venv/bin/python benchmarks/segment_write_bench.py --rows 100000 --writes 5    # steady state
 
 No Spark: rows shaped like the payments pipeline's ``spend_by_user_hourly`` increments (a user, an
 hour, a count, a sum, a min, a max and one merchant; sorted as the speed layer sorts them) are written
@@ -17,6 +18,9 @@ ways, in rotation, each into a Redis of its own:
 
 For each, Redis's CPU per row (``INFO cpu`` before and after: the scripts, the AOF and the protocol)
 and the wall time per row; medians over ``--rounds``, and each minimal write's ratio to the platform's.
+With ``--writes N`` each round writes the same rows N times, as N micro-batches updating them (each
+starting its undo logs over, so the one before's saved values and sketch copies are dropped): the
+last write's figures are a running speed layer's, where the first is a fresh segment's.
 Nothing is asserted; figures are printed.
 """
 
@@ -59,7 +63,8 @@ def make_rows(n: int, users: int, windows: int, seed: int) -> list[tuple]:
     return sorted(seen.values())
 
 
-def _platform(client, url: str, rows: list[tuple], chunk: int) -> None:
+def _platform(client, url: str, rows: list[tuple], chunk: int, batch: int = 0) -> None:
+    """``rows`` applied as micro-batch ``batch`` (each a new tag: the one before is committed)."""
     keys = store_keys("payments", url)
     epoch = ensure_epoch(client, keys)
     client.set(keys.current, BASE)
@@ -70,13 +75,16 @@ def _platform(client, url: str, rows: list[tuple], chunk: int) -> None:
         f"{segments.VALUE}0": ["1.0"] * len(rows), f"{segments.VALUE}1": amounts, f"{segments.VALUE}2": amounts,
         f"{segments.VALUE}3": amounts, f"{segments.MEMBER}0": [[m] for _, _, _, m in rows],
     })
-    spec = segments.WriteSpec(url, "payments", "bench", epoch, 0, 10, (BASE,), {VIEW: (SCALARS, DISTINCT)}, chunk)
+    spec = segments.WriteSpec(url, "payments", "bench", epoch, batch, 10 * (batch + 1), (BASE,),
+                              {VIEW: (SCALARS, DISTINCT)}, chunk)
     segments.apply_rows(spec, table, "0", client)
 
 
-def _minimal(client, url: str, rows: list[tuple], chunk: int, *, rankings: bool) -> None:
+def _minimal(client, url: str, rows: list[tuple], chunk: int, batch: int = 0, *, rankings: bool) -> None:
     keys = store_keys("payments", url)
     view = keys.segment_view_prefix(BASE, VIEW)
+    if batch:  # the micro-batch before is committed: its undo logs start over, as the platform's do
+        client.delete(*{f"{view}:u@{ws}" for _, ws, _, _ in rows})
     for start in range(0, len(rows), chunk):
         by_window: dict[int, list[tuple]] = {}
         for row in rows[start:start + chunk]:
@@ -92,12 +100,13 @@ def _minimal(client, url: str, rows: list[tuple], chunk: int, *, rankings: bool)
             if rankings:
                 for name, _ in SCALARS:
                     write.zadd(f"{view}:z:{name}@{ws}", {u: a for u, _, a, _ in group})
-        write.hset(keys.guard("bench"), f"{VIEW}:0:{start // chunk}", 0)
+        write.hset(keys.guard("bench"), f"{VIEW}:0:{start // chunk}", batch)
         write.execute()
 
 
-def _measure(write: Callable, rows: list[tuple], chunk: int) -> tuple[float, float]:
-    """(Redis CPU us per row, wall us per row) of ``write`` into a fresh embedded Redis."""
+def _measure(write: Callable, rows: list[tuple], chunk: int, writes: int) -> list[tuple[float, float]]:
+    """(Redis CPU us per row, wall us per row) of each of ``writes`` consecutive writes of ``rows`` (micro-batches
+    updating the same rows) into a fresh embedded Redis."""
     with tempfile.TemporaryDirectory(prefix="segment-write-") as tmp, embedded_redis(Path(tmp) / "redis") as url:
         client = redis_client(url)
 
@@ -105,11 +114,14 @@ def _measure(write: Callable, rows: list[tuple], chunk: int) -> tuple[float, flo
             info = client.info("cpu")
             return info["used_cpu_user"] + info["used_cpu_sys"]
 
-        before, started = cpu(), time.perf_counter()
-        write(client, url, rows, chunk)
-        wall, used = time.perf_counter() - started, cpu() - before
+        figures = []
+        for batch in range(writes):
+            before, started = cpu(), time.perf_counter()
+            write(client, url, rows, chunk, batch)
+            wall, used = time.perf_counter() - started, cpu() - before
+            figures.append((1e6 * used / len(rows), 1e6 * wall / len(rows)))
         client.close()
-    return 1e6 * used / len(rows), 1e6 * wall / len(rows)
+    return figures
 
 
 def main() -> None:
@@ -119,6 +131,9 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=24, help="hourly windows the rows fall in (default 24)")
     parser.add_argument("--chunk", type=int, default=2_000, help="rows per guarded call (the speed layer's default)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--writes", type=int, default=1,
+                        help="consecutive writes of the same rows per round, each a micro-batch updating them (default 1: "
+                             "into a fresh segment); the figures are the last write's, each write's printed")
     args = parser.parse_args()
     if args.rows > args.users * args.windows:
         parser.error(f"--rows {args.rows} is more than users x windows ({args.users * args.windows}) distinct rows")
@@ -128,17 +143,19 @@ def main() -> None:
           f"commit {head}{' + uncommitted ' + ', '.join(dirty) if dirty else ''}")
     variants: dict[str, Callable] = {
         "platform (guarded Lua)": _platform,
-        "minimal + rankings": lambda c, u, r, k: _minimal(c, u, r, k, rankings=True),
-        "minimal": lambda c, u, r, k: _minimal(c, u, r, k, rankings=False),
+        "minimal + rankings": lambda c, u, r, k, b: _minimal(c, u, r, k, b, rankings=True),
+        "minimal": lambda c, u, r, k, b: _minimal(c, u, r, k, b, rankings=False),
     }
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     wall: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(1, args.rounds + 1):
         for name, write in variants.items():
-            redis_us, wall_us = _measure(write, rows, args.chunk)
+            figures = _measure(write, rows, args.chunk, args.writes)
+            redis_us, wall_us = figures[-1]
             cpu[name].append(redis_us)
             wall[name].append(wall_us)
-            print(f"  round {round_}: {name:<24} Redis CPU {redis_us:6.1f} us/row   wall {wall_us:6.1f} us/row")
+            each = f"   (each write: {', '.join(f'{c:.1f}' for c, _ in figures)})" if args.writes > 1 else ""
+            print(f"  round {round_}: {name:<24} Redis CPU {redis_us:6.1f} us/row   wall {wall_us:6.1f} us/row{each}")
     platform = statistics.median(cpu["platform (guarded Lua)"])
     print("\nmedians (Redis CPU per row; ratio to the platform's)")
     for name in variants:
