@@ -135,6 +135,8 @@ def main() -> None:
                         help="consecutive writes of the same rows per round, each a micro-batch updating them (default 1: "
                              "into a fresh segment); the figures are the last write's, each write's printed")
     args = parser.parse_args()
+    if min(args.rows, args.users, args.windows, args.chunk, args.rounds, args.writes) < 1:
+        parser.error("--rows, --users, --windows, --chunk, --rounds and --writes each take a number of at least 1")
     if args.rows > args.users * args.windows:
         parser.error(f"--rows {args.rows} is more than users x windows ({args.users * args.windows}) distinct rows")
     rows = make_rows(args.rows, args.users, args.windows, seed=5)

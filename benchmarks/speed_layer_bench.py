@@ -371,6 +371,10 @@ def main() -> None:
     cmp.add_argument("--users", type=int, nargs="+", default=[1_000, 50_000])
     cmp.add_argument("--repeat", type=int, default=2, help="runs of each source per user count (default 2)")
     args = parser.parse_args()
+    if args.which == "throughput" and min(args.events, args.versions, args.users, args.max_rows) < 1:
+        parser.error("throughput: --events, --versions, --users and --max-rows each take a number of at least 1")
+    if args.which == "throughput" and args.events < args.versions:
+        parser.error(f"throughput: --events {args.events} is fewer than --versions {args.versions} (commits of one event at least)")
     if args.which in ("compare", "freshness-paths"):
         (compare if args.which == "compare" else freshness_paths)(args)
         sys.stdout.flush()
