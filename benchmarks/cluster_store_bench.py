@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _harness import medians, print_medians, write_figures
-from speed_layer_bench import catch_up_seconds, payments_table
+from speed_layer_bench import catch_up, payments_table
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
@@ -93,7 +93,7 @@ def _one(spark, store: str, args: argparse.Namespace, root: Path) -> dict[str, f
         for _ in range(args.versions):
             master.append(payments_table(pipeline, per, rng, args.users))
         latest = master.latest_version()
-        streamed = catch_up_seconds(spark, settings, pipeline, url, latest)
+        streamed = catch_up(spark, settings, pipeline, url, latest).seconds
         # Reads after a batch run folded the streamed rows into a generation: a top-N's cost grows with
         # the realtime segment's rows (every one is a candidate), which a batch run empties.
         run_batch(spark, settings, pipeline, redis_url=url)

@@ -215,11 +215,6 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
     return CatchUp(seconds, *(first or (seconds, latest)))
 
 
-def catch_up_seconds(spark, settings, pipeline, redis_url: str, latest: int) -> float:
-    """Seconds for a speed layer started now (in this process) to process the master through ``latest``."""
-    return catch_up(spark, settings, pipeline, redis_url, latest).seconds
-
-
 def throughput(events: int, versions: int, users: int, data_dir: Path, storage_engine: str = "delta-rs",
                json_path: Path | None = None, max_rows: int = 500_000) -> None:
     from deploy.spark import build_spark

@@ -23,13 +23,13 @@ HOURS = [datetime(2026, 11, 26, h, tzinfo=timezone.utc) for h in (3, 4)]
 
 
 def _rows() -> list[tuple[Any, ...]]:
-    random.seed(5)
+    rng = random.Random(5)
     rows = []
     for u in range(40):
         for hour in HOURS:
-            width = random.choice([0, 3, EXACT_DISTINCT_MAX, EXACT_DISTINCT_MAX + 1, 200])
+            width = rng.choice([0, 3, EXACT_DISTINCT_MAX, EXACT_DISTINCT_MAX + 1, 200])
             merchants = [f"m{u}-{i}-ü" for i in range(width)]
-            amount = round(random.uniform(-50, 50), 3)
+            amount = round(rng.uniform(-50, 50), 3)
             rows.append((f"user|{u}", hour, width, amount * width, amount, amount, merchants))
     return rows
 
