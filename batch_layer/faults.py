@@ -8,7 +8,8 @@ environment. ``injected(name, action)`` runs ``action`` at a point instead, in t
 Points: ``after-barrier``, ``after-gold`` and ``before-flip`` (batch run); ``speed-after-write``
 (speed layer: a micro-batch's increments are in Redis but Spark has not committed its offsets);
 ``speed-between-chunks`` (a speed-layer executor has applied one chunk of a micro-batch and not
-the next: killing the Python worker there fails the micro-batch half applied).
+the next: killing the Python worker there fails the micro-batch half applied); ``speed-after-read``
+(a speed-layer writer has read the rows a chunk touches and not yet written their merged values).
 """
 
 from __future__ import annotations

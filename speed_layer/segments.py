@@ -18,10 +18,8 @@ driver commits the micro-batch:
 * A micro-batch's *tag* is its end offset, its highest master version: a replay has the same
   offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
   query restarts (a fresh query wipes the segments anyway).
-* Each (segment, view, window) has an *undo log* (hash: key -> the row's parts before the
-  micro-batch: its scores, '' = none, and per distinct measure whether its sketch was copied)
-  and its tag (``serving.store.keys``: ``:u``, ``:t``): one entry per row, not per measure, as a
-  row's measures change together. The first call of a micro-batch to touch a window finds an
+* Each (segment, view, window) has an *undo log* (hash: key -> the row's field before the
+  micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u``, ``:t``). The first call of a micro-batch to touch a window finds an
   older tag: that micro-batch is committed (they run one after another, each committed before
   the next starts), so the log starts over. A key already in the log was touched earlier in
   this micro-batch: its saved value stays. Which keys those can be follows from the write order,
@@ -29,12 +27,21 @@ driver commits the micro-batch:
   (``write_increments`` partitions by it) and its increments (one per depth) are contiguous in
   the sorted rows, so only a call's first row can continue one an earlier call began (when a
   chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
-  Distinct measures COPY the row's HyperLogLog to ``:p:`` (its part '1'); the copies are listed
-  beside the log (``:c``) and go when it starts over.
+  A distinct measure held as a HyperLogLog (null in the row) has it COPYed to ``:p:``; the copies
+  are listed beside the log (``:c``) and go when it starts over.
 * The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
   segment's ``processed`` to the tag. A reader (``serving.store.read_scripts``, one Lua call) reads
   ``processed`` and takes the logged value of every key in a window whose tag is above it: the
   answer is exactly the state at ``processed``.
+
+**Rows are merged by the writer, checked and stored by Redis.** A realtime row is one hash field,
+laid out as a batch row (``speed_layer.realtime_rows``), plus one sorted-set entry per scalar
+measure for top-N. The task reads the rows a chunk touches, merges the increments in Python and
+sends the new fields with a digest of the ones it read; the Lua call refuses the whole chunk if
+any changed (then the task reads again), so a merge is never lost to a concurrent writer. Merging
+in Lua instead cost Redis, the one shared single-threaded part, 57 us a row against 25 here
+(``benchmarks/segment_write_bench.py``, fifth write of 100k rows); a row per measure with a
+HyperLogLog per row, 70.
 
 Rejected: increments in a pending area merged at commit (the commit becomes one Lua call as
 long as the micro-batch, blocking readers, and every increment is written twice); one undo
@@ -45,7 +52,7 @@ entry, where here it reads one window's log, and only while a micro-batch is in 
 from __future__ import annotations
 
 import functools
-import itertools
+import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,10 +69,11 @@ from batch_layer.faults import fault_point
 from serving.store.columns import key_column, window_column
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import epoch_marker
-from serving.store.keys import LUA_NAMES, WINDOW_SEPARATOR, Keys
+from serving.store.keys import EXACT_DISTINCT_MAX, LUA_NAMES, WINDOW_SEPARATOR, Keys
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError
+from speed_layer.realtime_rows import merge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -75,16 +83,20 @@ log = logging.getLogger(__name__)
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
-# KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag
-# (the micro-batch's end version), n bases, bases..., n scalars, (name, kind)..., n distinct,
-# names..., n rows, then columns of n values each: keys, window suffixes, depths (a row belongs to
-# the lowest `depth` bases), one column per scalar measure ('' = none), one column of member counts
-# per distinct measure; then all members. Rows are grouped by (segment, window), then written with
-# one ZMSCORE + one ZADD per sorted set; numbers are formatted %.17g so no digit of a sum is lost.
-# Before a row's parts first change in this micro-batch, they are saved in the undo log of its
-# (segment, window) under the tag (see the module docstring). A chunk holds at most
-# MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails midway would leave
-# partial writes that Redis does not roll back.
+# KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag (the
+# micro-batch's end version), n scalar measures, their names..., n distinct measures, their names...,
+# the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
+# n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
+# scores per scalar measure ('' = unchanged); then per distinct measure the rows (1-based) whose
+# sketch existed before (n, indexes...); then per distinct measure the rows with values for their
+# sketches (n, then key, n values, values... of each).
+# The call checks that every window's rows are still the ones the caller merged from (their digest:
+# SHA-1 of the fields joined by '\n', '' for a row absent) before it writes anything, and answers -2
+# if not: the caller reads and merges again. No two writers should touch a row at once (a row is in
+# one partition, whose chunks are applied in order, and guarded); the digest makes that a check
+# rather than an assumption about Spark's scheduling. Windows of dead segments are skipped. A
+# chunk holds at most MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails
+# midway would leave partial writes that Redis does not roll back.
 _APPLY = LUA_NAMES + """
 if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
 local batch = tonumber(ARGV[4])
@@ -92,42 +104,45 @@ if batch <= tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '-1') then return 0
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local p, view, tag = ARGV[1], ARGV[2], ARGV[6]
 local i = 7
-local nb = tonumber(ARGV[i]); local live = {}
-for j = 1, nb do
-  live[j] = (tonumber(ARGV[i + j]) >= current) and segment_view(p, ARGV[i + j], view) or false
-end
-i = i + nb + 1
-local nm = tonumber(ARGV[i]); local names, kinds = {}, {}
-for j = 1, nm do names[j] = ARGV[i + 2 * j - 1]; kinds[j] = ARGV[i + 2 * j] end
-i = i + 2 * nm + 1
+local nm = tonumber(ARGV[i]); local names = {}
+for j = 1, nm do names[j] = ARGV[i + j] end
+i = i + nm + 1
 local nd = tonumber(ARGV[i]); local dnames = {}
 for j = 1, nd do dnames[j] = ARGV[i + j] end
 i = i + nd + 1
-local n = tonumber(ARGV[i])
-local K, S, D = i, i + n, i + 2 * n
-local V = i + 3 * n
-local C = V + nm * n
--- Where row r's members of distinct measure j start in ARGV.
-local mstart, m = {}, C + nd * n + 1
-for j = 1, nd do
-  local st = {}
-  for r = 1, n do st[r] = m; m = m + tonumber(ARGV[C + (j - 1) * n + r]) end
-  mstart[j] = st
-end
--- The windows this call writes, (live segment, window suffix), in first-seen order: their keys, each
--- key's rows (one per depth reaching that segment).
-local by_segment, windows = {}, {}
-for s = 1, nb do by_segment[s] = {} end
-for r = 1, n do
-  local key, sfx, depth = ARGV[K + r], ARGV[S + r], tonumber(ARGV[D + r])
-  for s = 1, depth do
-    local sp = live[s]
-    if sp then
-      local w = by_segment[s][sfx]
-      if not w then w = {sp = sp, sfx = sfx, keys = {}, rows = {}}; by_segment[s][sfx] = w; windows[#windows + 1] = w end
-      local rows = w.rows[key]
-      if rows then rows[#rows + 1] = r else w.keys[#w.keys + 1] = key; w.rows[key] = {r} end
+local first_key, first_sfx, nw = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+i = i + 3
+-- Read every window's layout and check its rows before anything is written.
+local windows = {}
+for _ = 1, nw do
+  local base, sfx, n, digest = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local w = {sp = segment_view(p, base, view), sfx = sfx, n = n, K = i + 3, R = i + 3 + n, S = i + 3 + 2 * n}
+  i = w.S + nm * n + 1
+  w.sketched = {}
+  for j = 1, nd do
+    local c, set = tonumber(ARGV[i]), {}
+    for t = 1, c do set[tonumber(ARGV[i + t])] = true end
+    w.sketched[j] = set
+    i = i + c + 1
+  end
+  w.adds = {}
+  for j = 1, nd do
+    local list, m = {}, tonumber(ARGV[i])
+    i = i + 1
+    for _ = 1, m do
+      local c = tonumber(ARGV[i + 1])
+      list[#list + 1] = {key = ARGV[i], at = i + 2, count = c}
+      i = i + 2 + c
     end
+    w.adds[j] = list
+  end
+  if base >= current then
+    w.keys = {unpack(ARGV, w.K + 1, w.K + n)}
+    w.olds = redis.call('HMGET', rows_key(w.sp, sfx), unpack(w.keys))
+    local seen = {}
+    for q = 1, n do seen[q] = w.olds[q] or '' end
+    if redis.sha1hex(table.concat(seen, '\\n')) ~= digest then return -2 end
+    windows[#windows + 1] = w
   end
 end
 -- The undo log of window `sfx` of segment view `sp` for this micro-batch, and whether it is new (then
@@ -143,79 +158,50 @@ local function undo_log(sp, sfx)
   redis.call('SET', t, tag)
   return u, true
 end
--- A key an older log of this micro-batch already holds: earlier calls wrote other rows (a row's
--- increments are contiguous in the chunks' order, a row is in one partition), save the one a chunk
--- boundary cut, which is this call's first row: only that one is looked up.
-local first_key, first_sfx = ARGV[K + 1], ARGV[S + 1]
-local function saved_before(u, fresh, w)
-  if fresh or w.sfx ~= first_sfx or not w.rows[first_key] then return nil end
-  return redis.call('HEXISTS', u, first_key) == 1 and first_key or nil
+local function each_slice(list, f)
+  for q = 1, #list, 1000 do f(unpack(list, q, math.min(q + 999, #list))) end
 end
 for _, w in ipairs(windows) do
-  local sp, sfx, keys, rows = w.sp, w.sfx, w.keys, w.rows
-  local zs, old = {}, {}
-  for j = 1, nm do
-    zs[j] = scores_key(sp, names[j], sfx)
-    old[j] = redis.call('ZMSCORE', zs[j], unpack(keys))
-  end
-  -- Save each row's parts before this micro-batch first changes them: scores ('' = none), then per
-  -- distinct measure '1' (its sketch copied to previous_key) or '' (none).
+  local sp, sfx, n, keys = w.sp, w.sfx, w.n, w.keys
+  local rk = rows_key(sp, sfx)
+  -- Save each row as it was before this micro-batch first changes it ('' = none), and a sketch it had.
+  -- A key this log already holds was saved by an earlier call of this micro-batch: a row's increments
+  -- are contiguous in the chunks' order and in one partition, so only the chunk's first row can be one.
   local u, fresh = undo_log(sp, sfx)
-  local skip = saved_before(u, fresh, w)
-  local saves, copies = {}, {}
-  for q = 1, #keys do
+  local skip = nil
+  if not fresh and sfx == first_sfx and redis.call('HEXISTS', u, first_key) == 1 then skip = first_key end
+  local saves, copies, written = {}, {}, {}
+  for q = 1, n do
     local key = keys[q]
     if key ~= skip then
-      local entry = {}
-      for j = 1, nm do entry[j] = old[j][q] or '' end
+      saves[#saves + 1] = key; saves[#saves + 1] = w.olds[q] or ''
       for j = 1, nd do
-        local before = previous_key(sp, dnames[j], key .. sfx)
-        if redis.call('COPY', sketch_key(sp, dnames[j], key .. sfx), before, 'REPLACE') == 1 then
-          entry[nm + j] = '1'; copies[#copies + 1] = before
-        else
-          entry[nm + j] = ''
+        if w.sketched[j][q] then
+          local before = previous_key(sp, dnames[j], key .. sfx)
+          redis.call('COPY', sketch_key(sp, dnames[j], key .. sfx), before, 'REPLACE')
+          copies[#copies + 1] = before
         end
       end
-      saves[#saves + 1] = key; saves[#saves + 1] = cjson.encode(entry)
     end
+    written[#written + 1] = key; written[#written + 1] = ARGV[w.R + q]
   end
-  if #saves > 0 then redis.call('HSET', u, unpack(saves)) end
-  -- One copy per row and distinct measure: more than unpack() takes at once with several of them.
-  for q = 1, #copies, 1000 do
-    redis.call('SADD', undo_copies_key(sp, sfx), unpack(copies, q, math.min(q + 999, #copies)))
-  end
-  -- Then apply the increments: per scalar measure one ZADD of the window's rows.
+  each_slice(saves, function(...) redis.call('HSET', u, ...) end)
+  each_slice(copies, function(...) redis.call('SADD', undo_copies_key(sp, sfx), ...) end)
+  each_slice(written, function(...) redis.call('HSET', rk, ...) end)
+  -- The rankings top-N merges: one sorted set per scalar measure.
   for j = 1, nm do
-    local kind, args, col = kinds[j], {}, V + (j - 1) * n
-    for q = 1, #keys do
-      local acc = nil
-      for _, r in ipairs(rows[keys[q]]) do
-        local v = ARGV[col + r]
-        if v ~= '' then
-          local x = tonumber(v)
-          if acc == nil then acc = x
-          elseif kind == 'min' then if x < acc then acc = x end
-          elseif kind == 'max' then if x > acc then acc = x end
-          else acc = acc + x end
-        end
-      end
-      if acc ~= nil then
-        if (kind == 'count' or kind == 'sum') and old[j][q] then acc = acc + tonumber(old[j][q]) end
-        args[#args + 1] = string.format('%.17g', acc); args[#args + 1] = keys[q]
-      end
+    local args, col = {}, w.S + (j - 1) * n
+    for q = 1, n do
+      local s = ARGV[col + q]
+      if s ~= '' then args[#args + 1] = s; args[#args + 1] = keys[q] end
     end
-    if #args > 0 then
-      if kind == 'min' then redis.call('ZADD', zs[j], 'LT', unpack(args))
-      elseif kind == 'max' then redis.call('ZADD', zs[j], 'GT', unpack(args))
-      else redis.call('ZADD', zs[j], unpack(args)) end
-    end
+    each_slice(args, function(...) redis.call('ZADD', scores_key(sp, names[j], sfx), ...) end)
   end
   for j = 1, nd do
-    for q = 1, #keys do
-      local hll = sketch_key(sp, dnames[j], keys[q] .. sfx)
-      for _, r in ipairs(rows[keys[q]]) do
-        local c, st = tonumber(ARGV[C + (j - 1) * n + r]), mstart[j][r]
-        for a = st, st + c - 1, 1000 do redis.call('PFADD', hll, unpack(ARGV, a, math.min(a + 999, st + c - 1))) end
+    for _, a in ipairs(w.adds[j]) do
+      local hll = sketch_key(sp, dnames[j], a.key .. sfx)
+      for s = a.at, a.at + a.count - 1, 1000 do
+        redis.call('PFADD', hll, unpack(ARGV, s, math.min(s + 999, a.at + a.count - 1)))
       end
     end
   end
@@ -245,6 +231,8 @@ class WriteSpec:
     #: view name -> ((measure name, kind) of scalar measures, names of distinct measures)
     views: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]
     chunk: int
+    #: The most distinct values a realtime row keeps exactly (as the batch rows do); above it, a HyperLogLog.
+    exact_max: int = EXACT_DISTINCT_MAX
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
@@ -294,15 +282,6 @@ def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: re
     return apply_rows(spec, table, "driver", client)
 
 
-def _header(keys: Keys, spec: WriteSpec, view: str) -> list:
-    scalars, distinct = spec.views[view]
-    head: list = [keys.prefix, view, "", spec.batch_id, epoch_marker(keys, spec.epoch), spec.tag, len(spec.bases),
-                  *spec.bases, len(scalars)]
-    for name, kind in scalars:
-        head += [name, kind]
-    return head + [len(distinct), *distinct]
-
-
 def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
     """(start, stop) of consecutive rows of one view, at most ``chunk`` long."""
     start = 0
@@ -321,21 +300,55 @@ def _by_bucket(keys: Keys, row_keys: list[str], start: int, stop: int) -> dict[i
     return dict(sorted(groups.items()))
 
 
-def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list], rows: list[int]) -> list:
-    """The APPLY arguments for ``rows`` (indexes into ``columns``) of ``view``, all in ``bucket``."""
+def _suffix(ws: str | None) -> str:
+    return WINDOW_SEPARATOR + ws if ws else ""
+
+
+def _windows(spec: WriteSpec, columns: dict[str, list], rows: list[int]) -> dict[tuple[int, str | None], dict[str, list[int]]]:
+    """``rows`` (indexes into ``columns``) by the (segment base, window) they go to, then by key: a row of
+    depth d goes to the lowest d bases. First-seen order, so the same on every replay."""
+    windows: dict[tuple[int, str | None], dict[str, list[int]]] = {}
+    keys, starts, depths = columns[KEY], columns[WS], columns[DEPTH]
+    for r in rows:
+        for base in spec.bases[:depths[r]]:
+            windows.setdefault((base, starts[r]), {}).setdefault(keys[r], []).append(r)
+    return windows
+
+
+def _read_rows(client: redis.Redis, bucket: Keys, view: str,
+               windows: dict[tuple[int, str | None], dict[str, list[int]]]) -> list[list[bytes | None]]:
+    """The realtime rows the windows' keys hold now, in one round trip."""
+    read = client.pipeline(transaction=False)
+    for (base, ws), rows in windows.items():
+        read.hmget(bucket.segment_rows(base, view, int(ws) if ws else None), list(rows))
+    return read.execute()
+
+
+def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list], rows: list[int],
+               windows: dict[tuple[int, str | None], dict[str, list[int]]], olds: list[list[bytes | None]]) -> list:
+    """The APPLY arguments writing ``rows`` of ``view`` (all in ``bucket``), merged from ``olds``."""
     scalars, distinct = spec.views[view]
-    args = _header(bucket, spec, view) + [len(rows)]
-    args += [columns[KEY][i] for i in rows]
-    args += [WINDOW_SEPARATOR + columns[WS][i] if columns[WS][i] else "" for i in rows]
-    args += [columns[DEPTH][i] for i in rows]
-    for j in range(len(scalars)):
-        values = columns[f"{VALUE}{j}"]
-        args += ["" if values[i] is None else values[i] for i in rows]
-    member_lists = [[columns[f"{MEMBER}{j}"][i] or () for i in rows] for j in range(len(distinct))]
-    for lists in member_lists:
-        args += [len(m) for m in lists]
-    for lists in member_lists:
-        args += list(itertools.chain.from_iterable(lists))
+    kinds = [kind for _, kind in scalars]
+    args: list = [bucket.prefix, view, "", spec.batch_id, epoch_marker(bucket, spec.epoch), spec.tag,
+                  len(scalars), *(name for name, _ in scalars), len(distinct), *distinct,
+                  columns[KEY][rows[0]], _suffix(columns[WS][rows[0]]), len(windows)]
+    values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
+    members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
+    for ((base, ws), by_key), old in zip(windows.items(), olds):
+        merged = [merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
+                        spec.exact_max) for before, rs in zip(old, by_key.values())]
+        digest = hashlib.sha1(b"\n".join(b or b"" for b in old)).hexdigest()
+        args += [base, _suffix(ws), len(by_key), digest, *by_key, *(m.row for m in merged)]
+        for j in range(len(scalars)):
+            args += [m.scores[j] for m in merged]
+        for j in range(len(distinct)):
+            sketched = [q for q, m in enumerate(merged, 1) if m.sketched[j]]
+            args += [len(sketched), *sketched]
+        for j in range(len(distinct)):
+            adds = [(key, m.sketch_adds[j]) for key, m in zip(by_key, merged) if m.sketch_adds[j]]
+            args.append(len(adds))
+            for key, values_ in adds:
+                args += [key, len(values_), *values_]
     return args
 
 
@@ -366,9 +379,8 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
             view = columns[VIEW][start]
             # One guarded call per bucket the chunk's rows fall in (one slot each, on a cluster).
             for b, indexes in _by_bucket(keys, columns[KEY], start, stop).items():
-                bucket = keys.bucket(b)
-                args = _call_args(bucket, spec, view, columns, indexes)
-                _apply_chunk(apply, bucket, spec, args, f"{view}:{part}:{chunk_of[view]}")
+                _apply_chunk(client, apply, keys.bucket(b), spec, view, columns, indexes,
+                             f"{view}:{part}:{chunk_of[view]}")
             fault_point("speed-between-chunks")
             chunk_of[view] += 1
             rows += stop - start
@@ -378,21 +390,34 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
     return rows
 
 
+class _StaleRows(Exception):
+    """The rows changed between reading and writing them (a lost task still running beside its retry)."""
+
+
 @retry(
     retry=retry_if_exception_type(
-        (RedisConnectionError, RedisTimeoutError, ConnectionError, ClusterError, TryAgainError)),
+        (RedisConnectionError, RedisTimeoutError, ConnectionError, ClusterError, TryAgainError, _StaleRows)),
     wait=wait_exponential(multiplier=0.1, max=2.0),
     stop=stop_after_delay(120),
     reraise=True,
 )
-def _apply_chunk(apply, bucket: Keys, spec: WriteSpec, args: list, guard: str) -> None:
-    """One atomic, guarded call in one bucket. Retried on connection faults (and a cluster's failover):
-    if a reply was lost, the guard skips the repeat."""
+def _apply_chunk(client: redis.Redis, apply, bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list],
+                 rows: list[int], guard: str) -> None:
+    """Read the rows, merge, and write them in one atomic, guarded call in one bucket. Retried on connection
+    faults (and a cluster's failover): if a reply was lost, the guard skips the repeat; and when the rows
+    changed since they were read, from the reading on."""
+    windows = _windows(spec, columns, rows)
+    olds = _read_rows(client, bucket, view, windows)
+    fault_point("speed-after-read")
+    args = _call_args(bucket, spec, view, columns, rows, windows, olds)
     args[2] = guard
     result = apply(keys=[bucket.current, bucket.guard(spec.query), bucket.epoch], args=args)
     if result == -1:
         raise EpochChangedError(
             f"Redis epoch of {spec.pipeline!r} changed (Redis lost its data); the speed layer must rebuild"
         )
+    if result == -2:
+        log.warning("rows of %s changed while %s merged them; reading them again", spec.pipeline, guard)
+        raise _StaleRows(guard)
     if result not in (0, 1):
         raise RuntimeError(f"unexpected reply {result!r} applying {guard} of {spec.pipeline!r}")

@@ -17,12 +17,12 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
                                               first key listing that needs it, like the rankings
     lp:p:g:{G}:{view}:z:{measure}[@{ws}]      sorted set ranking the rows by a scalar measure: built from the
                                               rows hash by the first top-N query that needs it
-    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      realtime segment based at B: sorted set per scalar measure
-    lp:p:s:{B}:{view}:d:{measure}:{field}     realtime HyperLogLog of a distinct measure, per row
-    lp:p:s:{B}:{view}:u[@{ws}]                undo log of the micro-batch in flight: key -> the row's parts
-                                              before it, a JSON array in the generation's ``measures:{view}``
-                                              order: scores ('' = none), then per distinct measure '1' (its
-                                              sketch copied to :p:) or '' (none)
+    lp:p:s:{B}:{view}:r[@{ws}]                realtime segment based at B: hash key -> the row's realtime parts,
+                                              laid out as a batch row's (scores as strings, '' = none)
+    lp:p:s:{B}:{view}:z:{measure}[@{ws}]      sorted set per scalar measure of the segment's rows (for top-N)
+    lp:p:s:{B}:{view}:d:{measure}:{field}     realtime HyperLogLog of a distinct measure, for larger rows
+    lp:p:s:{B}:{view}:u[@{ws}]                undo log of the micro-batch in flight: key -> the row's realtime
+                                              field before it ('' = none)
     lp:p:s:{B}:{view}:t[@{ws}]                the undo log's tag: end version of the micro-batch that wrote it
     lp:p:s:{B}:{view}:c[@{ws}]                set of the :p: copies the undo log made (they go with it)
     lp:p:s:{B}:{view}:p:{measure}:{field}     a row's HyperLogLog before the micro-batch in flight touched it
@@ -48,8 +48,8 @@ each is built on first use by the top-N query that needs it (in pages beside it,
 into place, so Redis is never blocked for long) and kept while the generation is served.
 A row's distinct values are kept exactly while they are few, which most rows of a fine-grained
 view are, and counted exactly; above ``EXACT_DISTINCT_MAX`` they are a HyperLogLog. Realtime
-segments are small: a sorted set per scalar measure (kept up to date by each micro-batch, ready
-for top-N) and a HyperLogLog per row and distinct measure.
+segments take the same shape (a hash field per row), plus a sorted set per scalar measure, kept
+up to date by each micro-batch, ready for top-N.
 A micro-batch becomes visible at once (see ``speed_layer.segments``): its Lua calls save each row's
 value before they first change it, under the micro-batch's end version, and the driver's one
 MULTI that sets ``processed`` commits them all.
@@ -96,7 +96,7 @@ local function active_key(P) return P .. ':active' end
 
 KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
-#: A batch row keeps its distinct values exactly up to this many; above it, as a HyperLogLog.
+#: A batch or realtime row keeps its distinct values exactly up to this many; above it, as a HyperLogLog.
 EXACT_DISTINCT_MAX = 64
 
 
@@ -291,6 +291,10 @@ class Keys:
 
     def segment_scores(self, base: int, view: str, measure: str, window_start: int | None = None) -> str:
         return f"{self.segment_view_prefix(base, view)}:z:{measure}{suffix(window_start)}"
+
+    def segment_rows(self, base: int, view: str, window_start: int | None = None) -> str:
+        """Hash of a realtime segment's rows (of one window): key -> JSON array of the parts, as ``rows``."""
+        return f"{self.segment_view_prefix(base, view)}:r{suffix(window_start)}"
 
     def segment_sketch(self, base: int, view: str, measure: str, field: str) -> str:
         return f"{self.segment_view_prefix(base, view)}:d:{measure}:{field}"

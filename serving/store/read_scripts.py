@@ -10,10 +10,11 @@ from __future__ import annotations
 from serving.store.keys import LUA_NAMES
 
 # Every read states the version it is exact at: the generation, or the realtime segment's
-# ``processed``. Parts of a micro-batch not yet committed (undo tag above ``processed``) are
-# replaced by the parts saved before it (``speed_layer.segments``): with ``saved`` =
-# ``saved_parts(vp, sfx, key)``, ``realtime(vp, m, sfx, key, saved)`` is a row's committed score ('' = none),
-# ``sketch(vp, m, sfx, key, saved)`` its committed sketch (or nil).
+# ``processed``. A realtime row is a hash field in the batch row's layout (``speed_layer.segments``):
+# scores as strings ('' = none), per distinct measure its exact values or null (a HyperLogLog).
+# Rows a micro-batch not yet committed (undo tag above ``processed``) has changed read as saved
+# before it: ``realtime_row(vp, sfx, key)`` is a row's committed parts (or nil) and whether they are
+# the saved ones, ``realtime_sketch(vp, measure, field, saved)`` a committed sketch's key.
 HEADER = LUA_NAMES + """
 local generation = redis.call('GET', KEYS[1])
 if not generation then return false end
@@ -24,7 +25,7 @@ local processed = redis.call('HGET', segment_meta(p, generation), 'processed') o
 local committed = tonumber(processed) or -1
 local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events', 'logic',
                         'measures:' .. view, 'view:' .. view)
-local positions = nil  -- row part name -> index in a batch row and an undo entry (the view's layout)
+local positions = nil  -- row part name -> index in a batch or realtime row and an undo entry (the view's layout)
 local function position_of(name)
   if not positions then
     positions = {}
@@ -35,33 +36,24 @@ end
 local function uncommitted(vp, sfx)
   return tonumber(redis.call('GET', undo_tag_key(vp, sfx)) or '-1') > committed
 end
--- The parts a row of window sfx had before the micro-batch in flight touched it, or nil (untouched,
--- or none in flight): the committed ones are then in the sorted sets and sketches.
-local function saved_parts(vp, sfx, key)
-  if not uncommitted(vp, sfx) then return nil end
-  local entry = redis.call('HGET', undo_key(vp, sfx), key)
-  return entry and cjson.decode(entry) or nil
-end
-local function realtime(vp, measure, sfx, key, saved)
-  if saved then return saved[position_of(measure)] or '' end
-  return redis.call('ZSCORE', scores_key(vp, measure, sfx), key) or ''
-end
-local function sketch(vp, measure, sfx, key, saved)
-  local field = key .. sfx
-  if saved then
-    return saved[position_of(measure)] == '1' and previous_key(vp, measure, field) or nil
+local function realtime_row(vp, sfx, key)
+  if uncommitted(vp, sfx) then
+    local entry = redis.call('HGET', undo_key(vp, sfx), key)
+    if entry then return entry ~= '' and cjson.decode(entry) or nil, true end
   end
-  local rk = sketch_key(vp, measure, field)
-  return redis.call('EXISTS', rk) == 1 and rk or nil
+  local row = redis.call('HGET', rows_key(vp, sfx), key)
+  return row and cjson.decode(row) or nil, false
+end
+local function realtime_sketch(vp, measure, field, saved)
+  return saved and previous_key(vp, measure, field) or sketch_key(vp, measure, field)
 end
 """
 
 # ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
-# The batch part of a row is one hash field (a JSON array, parts in the generation's
-# ``measures:{view}`` order). A distinct measure's batch values are an exact list in it or, for
-# larger rows, a HyperLogLog; the realtime part is a HyperLogLog. Exact lists alone are counted
-# exactly; to merge with HyperLogLogs they are folded into a scratch sketch that is neither
-# persisted nor replicated.
+# A row's batch part and its realtime part are one hash field each (JSON arrays, parts in the
+# generation's ``measures:{view}`` order). A distinct measure's values are an exact list in either
+# or, for larger rows, a HyperLogLog. Exact lists alone are counted exactly (their union); to merge
+# with HyperLogLogs they are folded into a scratch sketch that is neither persisted nor replicated.
 READ = HEADER + """
 local i = 3
 local nm = tonumber(ARGV[i]); local measures = {}
@@ -81,6 +73,13 @@ local function fold(members, sketches)
   redis.call('DEL', scratch)
   return n
 end
+local function union(a, b)  -- the distinct values of two exact lists
+  local seen, n = {}, 0
+  for _, list in ipairs({a, b}) do
+    for _, m in ipairs(list) do if not seen[m] then seen[m] = true; n = n + 1 end end
+  end
+  return n
+end
 local rows, realtimes, dbatch, drealtime, dmerged = {}, {}, {}, {}, {}
 local uexact, usketch = {}, {}
 for j = 1, nd do uexact[j] = {}; usketch[j] = {} end
@@ -88,22 +87,30 @@ for k = 1, ni do
   local key, sfx = ARGV[i + 2 * k - 1], ARGV[i + 2 * k]
   local row = redis.call('HGET', rows_key(bp, sfx), key)
   local r, db, dr, dm = {}, {}, {}, {}
-  local saved = saved_parts(sp, sfx, key)
-  for j = 1, nm do r[j] = realtime(sp, measures[j], sfx, key, saved) end
+  local live, saved = realtime_row(sp, sfx, key)
+  live = live or {}
+  for j = 1, nm do r[j] = live[position_of(measures[j]) or 0] or '' end
   local parts = (nd > 0 and row) and cjson.decode(row) or {}
   for j = 1, nd do
-    local rk = sketch(sp, distinct[j], sfx, key, saved)
-    dr[j] = rk and redis.call('PFCOUNT', rk) or 0
+    -- The realtime part: an exact list (rexact) or a sketch (rk), or neither.
+    local have, rexact, rk = live[position_of(distinct[j]) or 0], nil, nil
+    if type(have) == 'table' then rexact = have
+    elseif have == cjson.null then rk = realtime_sketch(sp, distinct[j], key .. sfx, saved) end
+    dr[j] = rexact and #rexact or (rk and redis.call('PFCOUNT', rk) or 0)
     if rk then table.insert(usketch[j], rk) end
+    for _, m in ipairs(rexact or {}) do uexact[j][m] = true end
     local exact = parts[position_of(distinct[j]) or 0]
     if type(exact) == 'table' then
       db[j] = #exact
-      dm[j] = rk and fold(exact, {rk}) or #exact
+      if rexact then dm[j] = union(exact, rexact) elseif rk then dm[j] = fold(exact, {rk}) else dm[j] = #exact end
       for _, m in ipairs(exact) do uexact[j][m] = true end
     else
       local bk = sketch_key(bp, distinct[j], key .. sfx)
       db[j] = redis.call('PFCOUNT', bk)
-      dm[j] = rk and redis.call('PFCOUNT', bk, rk) or db[j]
+      if db[j] == 0 then dm[j] = dr[j]
+      elseif rexact then dm[j] = fold(rexact, {bk})
+      elseif rk then dm[j] = redis.call('PFCOUNT', bk, rk)
+      else dm[j] = db[j] end
       if db[j] > 0 then table.insert(usketch[j], bk) end
     end
   end
@@ -145,7 +152,7 @@ end
 local saved = {}
 if uncommitted(sp, sfx) then
   local undo, at = redis.call('HGETALL', undo_key(sp, sfx)), position_of(measure)
-  for t = 1, #undo, 2 do saved[undo[t]] = cjson.decode(undo[t + 1])[at] or '' end
+  for t = 1, #undo, 2 do saved[undo[t]] = undo[t + 1] ~= '' and cjson.decode(undo[t + 1])[at] or '' end
 end
 local top, realtime, under = {}, {}, {}
 if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then

@@ -5,6 +5,7 @@ The oracle is a plain-Python tally of the test's own rows; Redis is read directl
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
@@ -12,7 +13,7 @@ import redis
 from pyspark.sql import functions as F
 
 from serving.store.generations import ensure_epoch
-from serving.store.keys import Keys, encode_key
+from serving.store.keys import Keys, encode_key, row_parts
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 
@@ -56,14 +57,19 @@ def _expected(depth_at_least: int) -> dict[tuple[str, int], dict]:
 
 
 def _segment(client: redis.Redis, base: int) -> dict[tuple[str, int], dict]:
+    """Every row of segment ``base``: its hash field's parts, each scalar checked against its ranking's score."""
     keys, found = Keys("probe"), {}
+    scalars, distinct = ("count", "sum_x", "min_x", "max_x"), ("distinct_m1", "distinct_m2")
     for key, window in _expected(1):
-        score = {m: client.zscore(f"{keys.segment_prefix(base)}:probe:z:{m}@{window}", key)
-                 for m in ("count", "sum_x", "min_x", "max_x")}
-        if score["count"] is None:
+        row = client.hget(keys.segment_rows(base, "probe", window), key)
+        if row is None:
             continue
-        score["distinct_m1"] = client.pfcount(f"{keys.segment_prefix(base)}:probe:d:distinct_m1:{key}@{window}")
-        score["distinct_m2"] = client.pfcount(f"{keys.segment_prefix(base)}:probe:d:distinct_m2:{key}@{window}")
+        parts = dict(zip(row_parts(VIEW), json.loads(row)))
+        score = {m: float(parts[m]) for m in scalars}
+        assert score == {m: client.zscore(keys.segment_scores(base, "probe", m, window), key) for m in scalars}
+        for m in distinct:  # an exact list, or null: a HyperLogLog
+            sketch = keys.segment_sketch(base, "probe", m, f"{key}@{window}")
+            score[m] = len(parts[m]) if parts[m] is not None else client.pfcount(sketch)
         found[(key, window)] = score
     return found
 

@@ -22,7 +22,7 @@ from batch_layer.faults import injected
 from serving.api.errors import UnavailableError
 from serving.api.view_reader import ServingStore
 from serving.store.generations import ensure_epoch
-from serving.store.keys import Keys, row_parts
+from serving.store.keys import EXACT_DISTINCT_MAX, Keys, row_parts
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import (
     DEPTH,
@@ -53,13 +53,15 @@ FIRST = [("a", 7.0, "s", 4), ("d", 1.0, "p", 5), ("c", 0.5, "t", 75)]
 SECOND = [("a", 0.25, "u", 6), ("b", 3.0, "v", 8), ("e", 4.0, "p", 80)]
 
 
-def _write(spark, redis_url: str, epoch: str, query: str, batch_id: int, tag: int, rows: list) -> None:
+def _write(spark, redis_url: str, epoch: str, query: str, batch_id: int, tag: int, rows: list,
+           exact_max: int = EXACT_DISTINCT_MAX) -> None:
     frame = spark.createDataFrame(
         [(k, x, m, T0 + timedelta(minutes=mins)) for k, x, m, mins in rows],
         "k string, x double, m string, event_time timestamp",
     )
     encoded = encode(VIEW.aggregate(frame).withColumn(DEPTH, F.lit(1)), VIEW, (4, 1))
-    spec = WriteSpec(redis_url, "probe", query, epoch, batch_id, tag, (BASE,), {"probe": measure_spec(VIEW)}, 2)
+    spec = WriteSpec(redis_url, "probe", query, epoch, batch_id, tag, (BASE,), {"probe": measure_spec(VIEW)}, 2,
+                     exact_max)
     write_increments(encoded, spec, partitions=2)
 
 
@@ -111,7 +113,13 @@ def _expected(rows: list) -> tuple[dict, dict]:
     return values, tops
 
 
-def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(spark, redis_url: str) -> None:
+# exact_max: the most distinct values a realtime row keeps as a list. At 1, rows turn into sketches in
+# the middle of the test (a's first row in micro-batch 0, c's in micro-batch 1); at 0 every row is one.
+# The third item: the rows whose sketches micro-batch 2 saves (those it touches that were sketches
+# before it) and those micro-batch 1 saved in a window micro-batch 2 does not touch (c's).
+@pytest.mark.parametrize("exact_max, copied", [(EXACT_DISTINCT_MAX, set()), (1, {("a", 9)}), (0, {("a", 9), ("c", 70)})])
+def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(
+        spark, redis_url: str, exact_max: int, copied: set[tuple[str, int]]) -> None:
     client = redis.Redis.from_url(redis_url)
     keys = Keys("probe")
     epoch = ensure_epoch(client, keys)
@@ -124,29 +132,33 @@ def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(spark, 
     def commit(tag: int) -> None:
         client.hset(keys.segment_meta(BASE), "processed", tag)
 
-    _write(spark, redis_url, epoch, "q1", 0, 100, COMMITTED)
+    def write(query: str, batch_id: int, tag: int, rows: list) -> None:
+        _write(spark, redis_url, epoch, query, batch_id, tag, rows, exact_max)
+
+    write("q1", 0, 100, COMMITTED)
     assert read() == (BASE, {}, {w: {} for _, w in ITEMS}), "an uncommitted micro-batch is visible"
     commit(100)
     committed = (100, *_expected(COMMITTED))
     assert read() == committed
 
-    _write(spark, redis_url, epoch, "q1", 1, 200, FIRST)  # the first write partition of micro-batch 1
+    write("q1", 1, 200, FIRST)  # the first write partition of micro-batch 1
     assert read() == committed, "half a micro-batch is visible"
-    _write(spark, redis_url, epoch, "q2", 1, 200, SECOND)  # the second one, touching rows the first did
+    write("q2", 1, 200, SECOND)  # the second one, touching rows the first did
     assert read() == committed, "an uncommitted micro-batch is visible"
-    _write(spark, redis_url, epoch, "q1", 1, 200, FIRST)  # a replay of the first: the guard skips it
+    write("q1", 1, 200, FIRST)  # a replay of the first: the guard skips it
     assert read() == committed
     commit(200)
     assert read() == (200, *_expected(COMMITTED + FIRST + SECOND))
 
-    # The next micro-batch starts the undo log of each window it touches over, dropping the sketches
-    # saved there for the last one (b's); a window it does not touch keeps its old copies (c's).
+    # The next micro-batch starts the undo log of each window it touches over, dropping what was saved
+    # there for the last one (b's entry, the sketches copied); a window it does not touch keeps its log (c's).
     later = [("a", 1.0, "w", 9)]
-    _write(spark, redis_url, epoch, "q1", 2, 300, later)
+    write("q1", 2, 300, later)
     assert read() == (200, *_expected(COMMITTED + FIRST + SECOND))
+    assert set(client.hkeys(keys.segment_undo(BASE, "probe", _window(9)))) == {b"a"}
+    assert set(client.hkeys(keys.segment_undo(BASE, "probe", _window(70)))) == {b"c", b"e"}
     saved = {k.decode() for k in client.scan_iter(match=f"{keys.segment_prefix(BASE)}:probe:p:*")}
-    assert saved == {keys.segment_previous(BASE, "probe", "distinct_m", f"a@{_window(9)}"),
-                     keys.segment_previous(BASE, "probe", "distinct_m", f"c@{_window(70)}")}
+    assert saved == {keys.segment_previous(BASE, "probe", "distinct_m", f"{k}@{_window(mins)}") for k, mins in copied}
     commit(300)
     assert read() == (300, *_expected(COMMITTED + FIRST + SECOND + later))
 
@@ -188,7 +200,8 @@ def _table(rows: list) -> pa.Table:
     })
 
 
-def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis_url: str) -> None:
+@pytest.mark.parametrize("exact_max", [EXACT_DISTINCT_MAX, 0], ids=["exact", "sketches"])
+def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis_url: str, exact_max: int) -> None:
     """A row's increments for two segments (depths 1 and 2) cut by a chunk boundary: the second chunk must keep
     the value the first saved for it, or a read between the chunks shows the first one's increment."""
     client = redis.Redis.from_url(redis_url)
@@ -199,7 +212,8 @@ def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis
     items = [("a", _window(1)), ("b", _window(1))]
 
     def write(batch_id: int, tag: int, bases: tuple[int, ...], rows: list) -> None:
-        spec = WriteSpec(redis_url, "probe", "q1", epoch, batch_id, tag, bases, {"probe": measure_spec(VIEW)}, 1)
+        spec = WriteSpec(redis_url, "probe", "q1", epoch, batch_id, tag, bases, {"probe": measure_spec(VIEW)}, 1,
+                         exact_max)
         apply_rows(spec, _table(rows), "0", client)
 
     async def realtime() -> tuple[int, dict]:
@@ -230,9 +244,44 @@ def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis
     })
 
 
+def test_rows_changed_between_reading_and_writing_are_read_and_merged_again(redis_url: str) -> None:
+    """Another writer changes a row after a chunk read it and before its call: the call refuses the stale
+    merge, and the chunk is read and merged again on top of the other writer's value."""
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys("probe")
+    epoch = ensure_epoch(client, keys)
+    client.set(keys.current, BASE)
+    client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
+    row = keys.segment_rows(BASE, "probe", _window(1))
+    other = json.dumps(["2.0", "10.0", "3.0", "7.0", ["x", "y"]])
+    reads = []
+
+    def write_between() -> None:
+        reads.append(client.hget(row, "a"))
+        if len(reads) == 1:
+            client.hset(row, "a", other)
+
+    spec = WriteSpec(redis_url, "probe", "q1", epoch, 0, 100, (BASE,), {"probe": measure_spec(VIEW)}, 10)
+    with injected("speed-after-read", write_between):
+        apply_rows(spec, _table([("a", 1, 1, 5.0, ["p", "x"])]), "0", client)
+    assert reads == [None, other.encode()]
+    client.hset(keys.segment_meta(BASE), "processed", 100)
+
+    async def realtime() -> dict:
+        store = ServingStore(redis_url, "probe")
+        try:
+            read = await store.read("probe", [("a", _window(1))], SCALARS, ["distinct_m"])
+        finally:
+            await store.close()
+        return {**read.realtime[0], **read.distinct_realtime[0]}
+
+    assert asyncio.run(realtime()) == {"count": 3, "sum_x": 15.0, "min_x": 3.0, "max_x": 7.0, "distinct_m": 3}
+
+
 def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: str) -> None:
-    """A chunk of MAX_CHUNK_ROWS rows of one window, each already holding sketches of four distinct measures:
-    the micro-batch saves a copy of each, more than Lua's unpack() takes at once, and applies every row."""
+    """A chunk of MAX_CHUNK_ROWS rows of one window, each already holding sketches of four distinct measures
+    (exact_max 0: no row keeps its values as a list): the micro-batch saves a copy of each, more than Lua's
+    unpack() takes at once, and applies every row."""
     view = View("wide", keys=("k",), measures=(Count(), *(Distinct(f"m{j}") for j in range(4))))
     client = redis.Redis.from_url(redis_url)
     keys = Keys("wide")
@@ -247,7 +296,7 @@ def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: 
 
     for batch_id, member in enumerate(("p", "q")):
         spec = WriteSpec(redis_url, "wide", "q1", epoch, batch_id, 100 * (batch_id + 1), (BASE,),
-                         {"wide": measure_spec(view)}, MAX_CHUNK_ROWS)
+                         {"wide": measure_spec(view)}, MAX_CHUNK_ROWS, exact_max=0)
         assert apply_rows(spec, table(member), "0", client) == len(users)
     assert client.zscore(keys.segment_scores(BASE, "wide", "count"), users[-1]) == 2.0
     assert client.pfcount(keys.segment_sketch(BASE, "wide", "distinct_m3", users[-1])) == 2

@@ -1,0 +1,79 @@
+"""A realtime row's next value: its committed parts with a micro-batch's increments folded in.
+
+A realtime row is one hash field (``serving.store.keys``), a JSON array laid out as a batch row:
+each scalar measure's value as a string ('' = none; Python's shortest round-trip spelling, so no
+digit of a sum is lost), then each distinct measure's values as an exact list while there are at
+most ``exact_max`` of them, else null (the values are then in a HyperLogLog beside the row).
+
+The speed layer merges here, in its Spark tasks, rather than in Redis: Redis is the one shared,
+single-threaded part of the write, and decoding, folding and re-encoding rows in Lua cost it
+several times what storing them does. Redis then only checks that the rows are still the ones
+merged from (``speed_layer.segments``) and stores the results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Merged:
+    """One row's new value and what its write needs beside the hash field."""
+
+    row: str
+    #: Per scalar measure, the new value ('' = unchanged: no sorted-set update).
+    scores: list[str]
+    #: Per distinct measure, whether its sketch existed before (to be saved in the undo log).
+    sketched: list[bool]
+    #: Per distinct measure, the values to add to its sketch (all of them when the row turns into one).
+    sketch_adds: list[list[str]] = field(default_factory=list)
+
+
+def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequence[str | None]],
+          members: Sequence[Sequence[Sequence[str] | None]], exact_max: int) -> Merged:
+    """``old`` (a row field, or None) with increments folded in: ``values[j]`` the increments' values of scalar
+    measure j (``kinds[j]``: count, sum, min or max; None = none), ``members[j]`` their value lists of distinct
+    measure j. Increments fold in the order given, then into the old value (the order Spark's do not change)."""
+    parts: list = json.loads(old) if old else [""] * len(kinds) + [[] for _ in members]
+    scores = []
+    for j, kind in enumerate(kinds):
+        acc = _fold(kind, [float(v) for v in values[j] if v is not None])
+        if acc is None:
+            scores.append("")
+            continue
+        if parts[j] != "":
+            prior = float(parts[j])
+            acc = min(acc, prior) if kind == "min" else max(acc, prior) if kind == "max" else acc + prior
+        parts[j] = scores_text = repr(acc)
+        scores.append(scores_text)
+    at, sketched, adds = len(kinds), [], []
+    for j, lists in enumerate(members):
+        have = parts[at + j]
+        new = [m for ms in lists if ms for m in ms]
+        sketched.append(have is None)
+        if have is None:
+            adds.append(new)
+            continue
+        union = list(dict.fromkeys([*have, *new]))
+        if len(union) > exact_max:
+            parts[at + j] = None
+            adds.append(union)
+        else:
+            parts[at + j] = union
+            adds.append([])
+    return Merged(json.dumps(parts, separators=(",", ":")), scores, sketched, adds)
+
+
+def _fold(kind: str, xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    if kind == "min":
+        return min(xs)
+    if kind == "max":
+        return max(xs)
+    acc = xs[0]
+    for x in xs[1:]:
+        acc += x
+    return acc
