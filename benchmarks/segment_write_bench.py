@@ -8,8 +8,9 @@ hour, a count, a sum, a min, a max and one merchant; sorted as the speed layer s
 into a fresh realtime segment of the platform's embedded Redis (AOF on, every write fsynced) in three
 ways, in rotation, each into a Redis of its own:
 
-* **platform**: ``speed_layer.segments.apply_rows``, the speed layer's own guarded Lua calls (chunks of
-  ``--chunk`` rows): guard, undo log, per-measure sorted sets, a HyperLogLog per row.
+* **platform**: ``speed_layer.segments.apply_rows``, the speed layer's own write (chunks of ``--chunk``
+  rows): the rows read, merged in Python, and stored by one guarded Lua call per chunk that checks
+  they did not change: the row's hash field, its undo entry, per-measure sorted sets.
 * **minimal + rankings**: per chunk, the old values read (HMGET) and the new ones written in one
   MULTI/EXEC of native commands: each row one JSON hash field, its undo entry, and one sorted-set
   entry per scalar measure (what top-N merges read) -- the same data a packed layout with client-side

@@ -110,8 +110,8 @@ class Distinct(Measure):
     """Number of distinct values of a column.
 
     The part computed by Spark is the set of values (gold tables keep it, so Redis can be rebuilt).
-    In Redis a batch row keeps its set exactly while it is small, else as a HyperLogLog; realtime
-    parts are HyperLogLogs. An answer from exact sets alone is exact; one that merges a
+    In Redis a row's batch part and its realtime part each keep the set exactly while it is small,
+    else as a HyperLogLog. An answer from exact sets alone is exact; one that merges a
     HyperLogLog is within its standard error (0.81%) of the exact count.
     """
 

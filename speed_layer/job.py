@@ -49,7 +49,15 @@ from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from speed_layer.errors import NothingServedError
 from speed_layer.input import master_changes
-from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments, write_increments_from_driver
+from speed_layer.segments import (
+    DEPTH,
+    SEGMENT_LAYOUT,
+    WriteSpec,
+    encode,
+    measure_spec,
+    write_increments,
+    write_increments_from_driver,
+)
 from speed_layer.source import SUMMARY, VERSION_COLUMN, read_changes, source_schema
 
 if TYPE_CHECKING:
@@ -139,6 +147,12 @@ class SpeedLayer:
         identity = self.checkpoint / _IDENTITY
         epoch = ensure_epoch(self.client, self.keys)
         saved = self._saved_identity(epoch)
+        if saved is not None and saved.get("logic", "") == self.pipeline.logic and saved.get("layout") != SEGMENT_LAYOUT:
+            # Segments of an older layout read as absent under this code: rebuild them, as after a loss of Redis.
+            log.warning("the realtime segments were written in layout %s, this code writes layout %d: rebuilding them",
+                        saved.get("layout", 1), SEGMENT_LAYOUT)
+            shutil.rmtree(self.checkpoint)
+            saved = None
         if saved is not None and saved.get("logic", "") == self.pipeline.logic:
             self.query_id, self.epoch = saved["query"], epoch
             # Replays must cut the same chunks: keep the layout the query started with.
@@ -173,7 +187,8 @@ class SpeedLayer:
         self.query_id, self.epoch = uuid.uuid4().hex[:12], epoch
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch, "partitions": self.partitions,
-                                        "chunk": self.chunk, "logic": self.pipeline.logic}))
+                                        "chunk": self.chunk, "logic": self.pipeline.logic,
+                                        "layout": SEGMENT_LAYOUT}))
         self.client.hset(self.keys.speed, mapping={"query": self.query_id, "state": "running", "started_after": served})
         return served
 

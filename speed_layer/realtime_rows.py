@@ -14,8 +14,11 @@ merged from (``speed_layer.segments``) and stores the results.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from speed_layer.errors import NonFiniteValueError
 
 
 @dataclass
@@ -46,6 +49,8 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
         if parts[j] != "":
             prior = float(parts[j])
             acc = min(acc, prior) if kind == "min" else max(acc, prior) if kind == "max" else acc + prior
+        if not math.isfinite(acc):  # Redis's sorted sets refuse NaN: fail before anything is written
+            raise NonFiniteValueError(f"a {kind} measure became {acc!r}; realtime values must be finite numbers")
         parts[j] = scores_text = repr(acc)
         scores.append(scores_text)
     at, sketched, adds = len(kinds), [], []

@@ -56,7 +56,7 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import redis
@@ -72,8 +72,8 @@ from serving.store.generations import epoch_marker
 from serving.store.keys import EXACT_DISTINCT_MAX, LUA_NAMES, WINDOW_SEPARATOR, Keys
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
-from speed_layer.errors import EpochChangedError
-from speed_layer.realtime_rows import merge
+from speed_layer.errors import EpochChangedError, NonFiniteValueError
+from speed_layer.realtime_rows import Merged, merge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -115,7 +115,7 @@ i = i + 3
 -- Read every window's layout and check its rows before anything is written.
 local windows = {}
 for _ = 1, nw do
-  local base, sfx, n, digest = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local base, sfx, n, digest = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local w = {sp = segment_view(p, base, view), sfx = sfx, n = n, K = i + 3, R = i + 3 + n, S = i + 3 + 2 * n}
   i = w.S + nm * n + 1
   w.sketched = {}
@@ -136,7 +136,7 @@ for _ = 1, nw do
     end
     w.adds[j] = list
   end
-  if base >= current then
+  if tonumber(base) >= current then
     w.keys = {unpack(ARGV, w.K + 1, w.K + n)}
     w.olds = redis.call('HMGET', rows_key(w.sp, sfx), unpack(w.keys))
     local seen = {}
@@ -210,6 +210,10 @@ redis.call('HSET', KEYS[2], ARGV[3], batch)
 return 1
 """
 
+
+#: The layout realtime segments are written in (a speed-layer checkpoint records it; one of another
+#: layout starts over, rebuilding the segments). 2: a hash field per row (before: a HyperLogLog per row).
+SEGMENT_LAYOUT = 2
 
 #: Rows per guarded call at most: ZADD takes 2 arguments per row and Lua's unpack() stops near 8000
 #: (lists that grow with the distinct measures too, the sketch copies, go in slices).
@@ -335,9 +339,10 @@ def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
     for ((base, ws), by_key), old in zip(windows.items(), olds):
-        merged = [merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
-                        spec.exact_max) for before, rs in zip(old, by_key.values())]
-        digest = hashlib.sha1(b"\n".join(b or b"" for b in old)).hexdigest()
+        merged = [_merge(view, key, before, kinds, [[v[r] for r in rs] for v in values],
+                         [[m[r] for r in rs] for m in members], spec.exact_max)
+                  for before, (key, rs) in zip(old, by_key.items())]
+        digest = hashlib.sha1(b"\n".join(_as_bytes(b) for b in old)).hexdigest()
         args += [base, _suffix(ws), len(by_key), digest, *by_key, *(m.row for m in merged)]
         for j in range(len(scalars)):
             args += [m.scores[j] for m in merged]
@@ -350,6 +355,17 @@ def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list
             for key, values_ in adds:
                 args += [key, len(values_), *values_]
     return args
+
+
+def _merge(view: str, key: str, *args: Any) -> Merged:
+    try:
+        return merge(*args)
+    except NonFiniteValueError as e:
+        raise NonFiniteValueError(f"view {view!r}, key {key!r}: {e}") from e
+
+
+def _as_bytes(field: bytes | str | None) -> bytes:
+    return field.encode() if isinstance(field, str) else field or b""
 
 
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from speed_layer.errors import NonFiniteValueError
 from speed_layer.realtime_rows import merge
 
 KINDS = ["count", "sum", "min", "max"]
@@ -49,3 +50,8 @@ def test_a_scalar_without_increments_keeps_its_value_and_reports_no_score() -> N
 def test_sums_keep_every_digit() -> None:
     row = merge(None, ["sum"], [["0.1", "0.2"]], [], 64).row
     assert float(json.loads(row)[0]) == 0.1 + 0.2
+
+
+def test_a_value_that_is_not_a_finite_number_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(NonFiniteValueError, match="sum measure became nan"):
+        merge(None, ["sum"], [["inf", "-inf"]], [], 64)
