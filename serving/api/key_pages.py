@@ -5,8 +5,7 @@ inside a window by the encoded key (the string the key route takes, several key 
 with ``|``), compared bytewise as UTF-8, which is Unicode code point order. Keys come from the
 served generation's key index (``serving.store.keys``: a sorted set per view and window, all
 scores 0, read with ZRANGEBYLEX, built on first use like the rankings) and from the realtime
-segment's sorted set of the view's count (or first scalar measure), which holds every realtime
-row: a segment is small, so all its keys with the prefix are read per window and those at or
+segment's rows hash (a field per realtime row, views without scalar measures included): a segment is small, so all its keys with the prefix are read per window and those at or
 before the cursor dropped here.
 
 **Cursor.** Keyset pagination: a cursor is the position (window start, key) of the last row a page
@@ -55,7 +54,6 @@ from serving.api.models import KeyEntry, KeyPage, WindowSpan
 from serving.api.queries import integral_measures, read_items, row_value, span
 from serving.api.view_reader import Generation, KeyListing, ServingStore
 from serving.store.keys import decode_key, encode_key, suffix
-from shared_logic.measures import Count, Measure
 from shared_logic.views import View
 
 DEFAULT_LIMIT = 100
@@ -124,16 +122,6 @@ def column_filters(view: View, params: list[tuple[str, str]]) -> dict[str, str]:
             raise BadQueryError(f"query parameter {name!r} is given twice; a key column filter takes one value")
         filters[name] = value
     return filters
-
-
-def realtime_measure(view: View) -> str:
-    """The measure whose realtime sorted set lists the view's realtime rows: the count (never empty), else
-    the first scalar measure."""
-    chosen: list[Measure] = [m for m in view.scalar_measures if isinstance(m, Count)] or list(view.scalar_measures)
-    if not chosen:
-        raise BadQueryError(f"view {view.name!r} has no scalar measure, so its realtime rows cannot be listed; "
-                            "read its keys one by one with GET /v1/views/{view}/keys/{key}")
-    return chosen[0].name
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,7 +219,7 @@ async def key_page(store: ServingStore, listing: Listing, after: Position, limit
 
 async def _page(store: ServingStore, listing: Listing, after: Position, limit: int) -> tuple[list[KeyEntry], Position | None, Generation]:
     view, windows = listing.view, listing.windows
-    raw_prefix, measure = listing.key_prefix().encode(), realtime_measure(view)
+    raw_prefix = listing.key_prefix().encode()
     state: Generation | None = None
     entries: list[KeyEntry] = []
     examined = 0
@@ -240,7 +228,7 @@ async def _page(store: ServingStore, listing: Listing, after: Position, limit: i
         if first >= len(windows):
             return entries, None, _stated(state)
         bounds = _bounds(raw_prefix, after if first == after[0] else START)
-        listings = await asyncio.gather(*(store.list_keys(bucket, view.name, measure, windows, first, bounds, raw_prefix, limit)
+        listings = await asyncio.gather(*(store.list_keys(bucket, view.name, windows, first, bounds, raw_prefix, limit)
                                           for bucket in store.keys.all_buckets()))
         rows: set[Position] = set()
         ends: list[Position] = []

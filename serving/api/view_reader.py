@@ -436,16 +436,15 @@ class ServingStore:
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
 
-    async def list_keys(self, bucket: Keys, view: str, measure: str, windows: Sequence[str], first: int,
+    async def list_keys(self, bucket: Keys, view: str, windows: Sequence[str], first: int,
                         bounds: tuple[bytes, bytes, bytes], prefix: bytes, limit: int) -> KeyListing:
         """One bucket's candidates for a page of ``view``'s keys, in order (window, key), from window
         ``first`` (an index into the window suffixes ``windows``) on, with the generation and realtime
         version they are at (``LIST`` in ``serving.store.read_scripts``). ``bounds``: the lexicographic
         range (ZRANGEBYLEX) in the first window, in the others, and its upper end; ``prefix``: the
-        realtime keys kept; ``measure``: the scalar measure whose realtime sorted set lists the rows.
-        Builds the generation's key index of a window on first use."""
+        realtime keys kept. Builds the generation's key index of a window on first use."""
         lo_first, lo_rest, hi = bounds
-        args = [bucket.prefix, view, measure, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
+        args = [bucket.prefix, view, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
         # Each call may meet one window not yet indexed (built, then asked again); a flip between indexing
         # and listing asks for the new generation's index.
         for _ in range(len(windows) - first + 3):

@@ -227,7 +227,7 @@ redis.call('RENAME', KEYS[1], KEYS[2])
 return 1
 """
 
-# ARGV: prefix, view, realtime measure ('' = none), key prefix, hi lex bound, limit, first window (1-based),
+# ARGV: prefix, view, key prefix, hi lex bound, limit, first window (1-based),
 # lo lex bound in the first window, lo lex bound in the others, n windows, (suffix)...
 # Candidates for a page of keys in order (window, key), from the first window on: per window, the
 # batch keys in [lo, hi] from the generation's key index (ZRANGEBYLEX: bytewise), at most as many as
@@ -237,12 +237,12 @@ return 1
 # A window whose rows exist but whose index does not yet answers {generation, 'unindexed', suffix}:
 # the index is built on first use (``ServingStore._index``), like the rankings.
 LIST = HEADER + """
-local measure, kp, hi, limit, first = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local lo_first, lo_rest, ns = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local kp, hi, limit, first = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local lo_first, lo_rest, ns = ARGV[7], ARGV[8], tonumber(ARGV[9])
 local windows, held = {}, 0
 for w = first, ns do
   if held >= limit then break end
-  local sfx = ARGV[10 + w]
+  local sfx = ARGV[9 + w]
   local ik = index_key(bp, sfx)
   if redis.call('EXISTS', ik) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
     return {generation, 'unindexed', sfx}
@@ -250,10 +250,8 @@ for w = first, ns do
   local wanted = limit - held
   local batch = redis.call('ZRANGEBYLEX', ik, w == first and lo_first or lo_rest, hi, 'LIMIT', 0, wanted)
   local realtime = {}
-  if measure ~= '' then
-    for _, k in ipairs(redis.call('ZRANGE', scores_key(sp, measure, sfx), 0, -1)) do
-      if kp == '' or string.sub(k, 1, #kp) == kp then realtime[#realtime + 1] = k end
-    end
+  for _, k in ipairs(redis.call('HKEYS', rows_key(sp, sfx))) do
+    if kp == '' or string.sub(k, 1, #kp) == kp then realtime[#realtime + 1] = k end
   end
   held = held + #batch + #realtime
   windows[#windows + 1] = {w, wanted, batch, realtime}

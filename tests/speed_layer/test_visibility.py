@@ -301,3 +301,29 @@ def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: 
     assert client.zscore(keys.segment_scores(BASE, "wide", "count"), users[-1]) == 2.0
     assert client.pfcount(keys.segment_sketch(BASE, "wide", "distinct_m3", users[-1])) == 2
     assert client.scard(keys.segment_undo_copies(BASE, "wide")) == 4 * len(users)
+
+
+def test_the_realtime_rows_of_a_view_without_scalar_measures_are_listed(redis_url: str) -> None:
+    """Key listings find realtime rows by the segment's rows hash: a view of distinct measures only has them too."""
+    view = View("tags", keys=("k",), measures=(Distinct("m"),))
+    client = redis.Redis.from_url(redis_url)
+    keys = Keys("tags")
+    epoch = ensure_epoch(client, keys)
+    client.set(keys.current, BASE)
+    client.hset(keys.meta(BASE), "measures:tags", json.dumps(row_parts(view)))
+    users = ["b", "a|x", "c"]
+    table = pa.table({VIEW_COL: ["tags"] * 3, KEY: sorted(users), WS: pa.array([None] * 3, pa.string()),
+                      DEPTH: pa.array([1] * 3, pa.int32()), f"{MEMBER}0": [["p"], ["p", "q"], ["r"]]})
+    spec = WriteSpec(redis_url, "tags", "q1", epoch, 0, 100, (BASE,), {"tags": measure_spec(view)}, 10)
+    apply_rows(spec, table, "0", client)
+    client.hset(keys.segment_meta(BASE), "processed", 100)
+
+    async def listed() -> list[bytes]:
+        store = ServingStore(redis_url, "tags")
+        try:
+            listing = await store.list_keys(keys.bucket(0), "tags", [""], 0, (b"-", b"-", b"+"), b"", 10)
+        finally:
+            await store.close()
+        return [k for w in listing.windows for k in w.realtime]
+
+    assert sorted(asyncio.run(listed())) == sorted(u.encode() for u in users)
