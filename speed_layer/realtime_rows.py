@@ -13,10 +13,11 @@ merged from (``speed_layer.segments``) and stores the results.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import orjson
 
 from speed_layer.errors import NonFiniteValueError
 
@@ -25,7 +26,7 @@ from speed_layer.errors import NonFiniteValueError
 class Merged:
     """One row's new value and what its write needs beside the hash field."""
 
-    row: str
+    row: bytes
     #: Per scalar measure, the new value ('' = unchanged: no sorted-set update).
     scores: list[str]
     #: Per distinct measure, whether its sketch existed before (to be saved in the undo log).
@@ -39,39 +40,46 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
     """``old`` (a row field, or None) with increments folded in: ``values[j]`` the increments' values of scalar
     measure j (``kinds[j]``: count, sum, min or max; None = none), ``members[j]`` their value lists of distinct
     measure j. Increments fold in the order given, then into the old value (the order Spark's do not change)."""
-    parts: list = json.loads(old) if old else [""] * len(kinds) + [[] for _ in members]
-    scores = []
-    for j, kind in enumerate(kinds):
-        acc = _fold(kind, [float(v) for v in values[j] if v is not None])
+    nk = len(kinds)
+    parts: list = orjson.loads(old) if old else [""] * nk + [[] for _ in members]
+    scores = [""] * nk
+    for j in range(nk):
+        acc = _fold(kinds[j], values[j])
         if acc is None:
-            scores.append("")
             continue
-        if parts[j] != "":
-            prior = float(parts[j])
-            acc = min(acc, prior) if kind == "min" else max(acc, prior) if kind == "max" else acc + prior
+        prior = parts[j]
+        if prior != "":
+            kind, p = kinds[j], float(prior)
+            acc = (p if p < acc else acc) if kind == "min" else (p if p > acc else acc) if kind == "max" else acc + p
         if not math.isfinite(acc):  # Redis's sorted sets refuse NaN: fail before anything is written
-            raise NonFiniteValueError(f"a {kind} measure became {acc!r}; realtime values must be finite numbers")
-        parts[j] = scores_text = repr(acc)
-        scores.append(scores_text)
-    at, sketched, adds = len(kinds), [], []
+            raise NonFiniteValueError(f"a {kinds[j]} measure became {acc!r}; realtime values must be finite numbers")
+        parts[j] = scores[j] = repr(acc)
+    sketched, adds = [], []
     for j, lists in enumerate(members):
-        have = parts[at + j]
+        have = parts[nk + j]
         new = [m for ms in lists if ms for m in ms]
         sketched.append(have is None)
         if have is None:
             adds.append(new)
             continue
-        union = list(dict.fromkeys([*have, *new]))
+        union = list(dict.fromkeys(have + new)) if new else have
         if len(union) > exact_max:
-            parts[at + j] = None
+            parts[nk + j] = None
             adds.append(union)
         else:
-            parts[at + j] = union
-            adds.append([])
-    return Merged(json.dumps(parts, separators=(",", ":")), scores, sketched, adds)
+            parts[nk + j] = union
+            adds.append(_NONE)
+    return Merged(orjson.dumps(parts), scores, sketched, adds)
 
 
-def _fold(kind: str, xs: list[float]) -> float | None:
+_NONE: list[str] = []
+
+
+def _fold(kind: str, values: Sequence[str | None]) -> float | None:
+    if len(values) == 1:  # the common case: one increment of the row a micro-batch
+        v = values[0]
+        return None if v is None else float(v)
+    xs = [float(v) for v in values if v is not None]
     if not xs:
         return None
     if kind == "min":
