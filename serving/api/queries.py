@@ -182,10 +182,17 @@ async def read_items(store: ServingStore, view: View, items: list[tuple[str, int
     return await store.read(view.name, items, shape.scalar_names, shape.distinct_names)
 
 
+def _held(read: KeyRead, i: int) -> bool:
+    """Whether item ``i`` has a row in the batch or realtime part: a scalar value, or distinct values (a view
+    of distinct measures only has no scalar to tell)."""
+    return (_present(read.batch[i]) or _present(read.realtime[i])
+            or any(n > 0 for n in read.distinct_merged[i].values()))
+
+
 def row_value(view: View, read: KeyRead, i: int, integral: frozenset[str]) -> dict[str, Any] | None:
     """Item ``i`` of ``read`` (one key in one window, or all time) as an answer's value: its batch and
     realtime parts combined, its merged distinct counts; None when neither part holds the row."""
-    if not (_present(read.batch[i]) or _present(read.realtime[i])):
+    if not _held(read, i):
         return None
     return _finish(view, combine(view, [read.batch[i], read.realtime[i]], integral), read.distinct_merged[i])
 
@@ -209,7 +216,7 @@ async def key_answer(
     items = [(key, s) for s in starts] if starts else [(key, None)]
     shape = _shape(view)
     read = await store.read(view.name, items, shape.scalar_names, shape.distinct_names)
-    present = [_present(b) or _present(r) for b, r in zip(read.batch, read.realtime)]
+    present = [_held(read, i) for i in range(len(items))]
     if not any(present):
         where = f" in the {len(starts)} window(s) asked for" if starts else ""
         raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")

@@ -20,6 +20,8 @@ from pyspark.sql import functions as F
 
 from batch_layer.faults import injected
 from serving.api.errors import UnavailableError
+from serving.api.key_pages import Listing, page_answer
+from serving.api.queries import key_answer
 from serving.api.view_reader import ServingStore
 from serving.store.generations import ensure_epoch
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys, row_parts
@@ -303,27 +305,31 @@ def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: 
     assert client.scard(keys.segment_undo_copies(BASE, "wide")) == 4 * len(users)
 
 
-def test_the_realtime_rows_of_a_view_without_scalar_measures_are_listed(redis_url: str) -> None:
-    """Key listings find realtime rows by the segment's rows hash: a view of distinct measures only has them too."""
+def test_the_realtime_rows_of_a_view_without_scalar_measures_are_listed_and_read(redis_url: str) -> None:
+    """Key listings find realtime rows by the segment's rows hash, and a row counts as held by its distinct
+    values: a view of distinct measures only is listed, and its keys are read, with exact counts."""
     view = View("tags", keys=("k",), measures=(Distinct("m"),))
     client = redis.Redis.from_url(redis_url)
     keys = Keys("tags")
     epoch = ensure_epoch(client, keys)
     client.set(keys.current, BASE)
     client.hset(keys.meta(BASE), "measures:tags", json.dumps(row_parts(view)))
-    users = ["b", "a|x", "c"]
-    table = pa.table({VIEW_COL: ["tags"] * 3, KEY: sorted(users), WS: pa.array([None] * 3, pa.string()),
-                      DEPTH: pa.array([1] * 3, pa.int32()), f"{MEMBER}0": [["p"], ["p", "q"], ["r"]]})
+    members = {"a|x": ["p", "q"], "b": ["p"], "c": ["r", "s", "t"]}
+    table = pa.table({VIEW_COL: ["tags"] * 3, KEY: sorted(members), WS: pa.array([None] * 3, pa.string()),
+                      DEPTH: pa.array([1] * 3, pa.int32()), f"{MEMBER}0": [members[k] for k in sorted(members)]})
     spec = WriteSpec(redis_url, "tags", "q1", epoch, 0, 100, (BASE,), {"tags": measure_spec(view)}, 10)
     apply_rows(spec, table, "0", client)
     client.hset(keys.segment_meta(BASE), "processed", 100)
 
-    async def listed() -> list[bytes]:
+    async def listed_and_one() -> tuple[dict[str, dict], dict]:
         store = ServingStore(redis_url, "tags")
         try:
-            listing = await store.list_keys(keys.bucket(0), "tags", [""], 0, (b"-", b"-", b"+"), b"", 10)
+            page = await page_answer(store, Listing(view, [], "", {}), None, 10)
+            one = await key_answer(store, view, "c")
         finally:
             await store.close()
-        return [k for w in listing.windows for k in w.realtime]
+        return {e.key: e.value for e in page.keys}, one.value
 
-    assert sorted(asyncio.run(listed())) == sorted(u.encode() for u in users)
+    listed, one = asyncio.run(listed_and_one())
+    assert listed == {k: {"distinct_m": len(set(m))} for k, m in members.items()}
+    assert one == {"distinct_m": 3}
