@@ -56,9 +56,9 @@ log = logging.getLogger(__name__)
 #: The project's packages, shipped whole.
 PROJECT_PACKAGES = ("shared_logic", "batch_layer", "speed_layer", "serving", "deploy")
 #: Third-party distributions the executors' Python must have installed (pip names), beyond pyspark's own.
-EXECUTOR_REQUIREMENTS = ("pyarrow", "pandas", "numpy", "deltalake", "redis", "pydantic")
+EXECUTOR_REQUIREMENTS = ("pyarrow", "pandas", "numpy", "deltalake", "redis", "hiredis", "pydantic", "tenacity", "orjson")
 #: Modules the executors import while running the layers; the start-up check imports them there.
-_EXECUTOR_MODULES = ("pyarrow", "pandas", "deltalake", "redis", "pydantic",
+_EXECUTOR_MODULES = ("pyarrow", "pandas", "deltalake", "redis", "hiredis", "pydantic", "tenacity", "orjson",
                      "speed_layer.source", "speed_layer.segments", "batch_layer.recompute.publish")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same code makes the same zip, byte for byte
 _SKIP_DIRS = {"__pycache__"}
