@@ -142,15 +142,18 @@ class SpeedLayer:
         with no generation served it raises NothingServedError (the runner waits for one). A checkpoint
         of other logic (the pipeline's code changed) starts a new query after the served generation too,
         but keeps the segments: they hold the old logic's counts, which answers go on using until a
-        generation of the new logic is served, and the new query cannot claim them (``_plan``).
+        generation of the new logic is served, and the new query cannot claim them (``_plan``). A checkpoint
+        of an older segment layout (``SEGMENT_LAYOUT``) starts fresh and drops every segment, of any logic.
         """
         identity = self.checkpoint / _IDENTITY
         epoch = ensure_epoch(self.client, self.keys)
         saved = self._saved_identity(epoch)
-        if saved is not None and saved.get("logic", "") == self.pipeline.logic and saved.get("layout") != SEGMENT_LAYOUT:
-            # Segments of an older layout read as absent under this code: rebuild them, as after a loss of Redis.
-            log.warning("the realtime segments were written in layout %s, this code writes layout %d: rebuilding them",
-                        saved.get("layout", 1), SEGMENT_LAYOUT)
+        relaid = saved is not None and saved.get("layout") != SEGMENT_LAYOUT
+        if saved is not None and relaid:
+            # Segments of an older layout read as absent under this code (key reads) while top-N still ranks their
+            # sorted sets: drop them all, whichever logic holds them, and rebuild, as after a loss of Redis.
+            log.warning("the realtime segments were written in layout %s, this code writes layout %d: dropping them; "
+                        "this logic's are rebuilt from the served generation", saved.get("layout", 1), SEGMENT_LAYOUT)
             shutil.rmtree(self.checkpoint)
             saved = None
         if saved is not None and saved.get("logic", "") == self.pipeline.logic:
@@ -175,7 +178,7 @@ class SpeedLayer:
             if identity.exists():
                 log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
                 shutil.rmtree(self.checkpoint)
-            if generation_logic(self.client, self.keys, served) == self.pipeline.logic:
+            if relaid or generation_logic(self.client, self.keys, served) == self.pipeline.logic:
                 self._drop_segments(served)  # rebuilt from the served generation on
             else:  # not ours to rebuild: they stay, as after a change of logic (a checkpoint lost in between)
                 log.warning("generation %d was computed under other logic than this code's %s: its segments are kept "
