@@ -148,14 +148,14 @@ class SpeedLayer:
         identity = self.checkpoint / _IDENTITY
         epoch = ensure_epoch(self.client, self.keys)
         saved = self._saved_identity(epoch)
-        relaid = saved is not None and saved.get("layout") != SEGMENT_LAYOUT
-        if saved is not None and relaid:
+        relaid = False
+        if saved is not None and saved.get("layout") != SEGMENT_LAYOUT:
             # Segments of an older layout read as absent under this code (key reads) while top-N still ranks their
             # sorted sets: drop them all, whichever logic holds them, and rebuild, as after a loss of Redis.
             log.warning("the realtime segments were written in layout %s, this code writes layout %d: dropping them; "
                         "this logic's are rebuilt from the served generation", saved.get("layout", 1), SEGMENT_LAYOUT)
             shutil.rmtree(self.checkpoint)
-            saved = None
+            saved, relaid = None, True
         if saved is not None and saved.get("logic", "") == self.pipeline.logic:
             self.query_id, self.epoch = saved["query"], epoch
             # Replays must cut the same chunks: keep the layout the query started with.

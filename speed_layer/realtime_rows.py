@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -32,7 +32,7 @@ class Merged:
     #: Per distinct measure, whether its sketch existed before (to be saved in the undo log).
     sketched: list[bool]
     #: Per distinct measure, the values to add to its sketch (all of them when the row turns into one).
-    sketch_adds: list[list[str]] = field(default_factory=list)
+    sketch_adds: list[list[str]]
 
 
 def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequence[str | None]],
@@ -68,11 +68,12 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
             adds.append(union)
         else:
             parts[nk + j] = union
-            adds.append(_NONE)
+            adds.append(_NO_VALUES)
     return Merged(orjson.dumps(parts), scores, sketched, adds)
 
 
-_NONE: list[str] = []
+#: What a row that keeps its values as a list adds to a sketch (shared: never changed).
+_NO_VALUES: list[str] = []
 
 
 def _fold(kind: str, values: Sequence[str | None]) -> float | None:

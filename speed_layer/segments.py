@@ -39,7 +39,7 @@ laid out as a batch row (``speed_layer.realtime_rows``), plus one sorted-set ent
 measure for top-N. The task reads the rows a chunk touches, merges the increments in Python and
 sends the new fields with a digest of the ones it read; the Lua call refuses the whole chunk if
 any changed (then the task reads again), so a merge is never lost to a concurrent writer. Merging
-in Lua instead cost Redis, the one shared single-threaded part, 57 us a row against 25 here
+in Lua instead cost Redis, the one shared single-threaded part, 57 us a row against 26.5 here
 (``benchmarks/segment_write_bench.py``, fifth write of 100k rows); a row per measure with a
 HyperLogLog per row, 70.
 
@@ -69,7 +69,7 @@ from batch_layer.faults import fault_point
 from serving.store.columns import key_column, window_column
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import epoch_marker
-from serving.store.keys import EXACT_DISTINCT_MAX, LUA_NAMES, WINDOW_SEPARATOR, Keys
+from serving.store.keys import EXACT_DISTINCT_MAX, LUA_NAMES, Keys, suffix
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError, NonFiniteValueError
@@ -304,46 +304,47 @@ def _by_bucket(keys: Keys, row_keys: list[str], start: int, stop: int) -> dict[i
     return dict(sorted(groups.items()))
 
 
-def _suffix(ws: str | None) -> str:
-    return WINDOW_SEPARATOR + ws if ws else ""
+#: (segment base, window start or None) -> key -> the rows (indexes into the columns) of that key there.
+_Windows = dict[tuple[int, int | None], dict[str, list[int]]]
 
 
-def _windows(spec: WriteSpec, columns: dict[str, list], rows: list[int]) -> dict[tuple[int, str | None], dict[str, list[int]]]:
+def _windows(spec: WriteSpec, columns: dict[str, list], rows: list[int]) -> _Windows:
     """``rows`` (indexes into ``columns``) by the (segment base, window) they go to, then by key: a row of
     depth d goes to the lowest d bases. First-seen order, so the same on every replay."""
-    windows: dict[tuple[int, str | None], dict[str, list[int]]] = {}
+    windows: _Windows = {}
     keys, starts, depths = columns[KEY], columns[WS], columns[DEPTH]
     for r in rows:
+        start = int(starts[r]) if starts[r] else None
         for base in spec.bases[:depths[r]]:
-            windows.setdefault((base, starts[r]), {}).setdefault(keys[r], []).append(r)
+            windows.setdefault((base, start), {}).setdefault(keys[r], []).append(r)
     return windows
 
 
-def _read_rows(client: redis.Redis, bucket: Keys, view: str,
-               windows: dict[tuple[int, str | None], dict[str, list[int]]]) -> list[list[bytes | None]]:
+def _read_rows(client: redis.Redis, bucket: Keys, view: str, windows: _Windows) -> list[list[bytes | None]]:
     """The realtime rows the windows' keys hold now, in one round trip."""
     read = client.pipeline(transaction=False)
-    for (base, ws), rows in windows.items():
-        read.hmget(bucket.segment_rows(base, view, int(ws) if ws else None), list(rows))
+    for (base, start), rows in windows.items():
+        read.hmget(bucket.segment_rows(base, view, start), list(rows))
     return read.execute()
 
 
 def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list], rows: list[int],
-               windows: dict[tuple[int, str | None], dict[str, list[int]]], olds: list[list[bytes | None]]) -> list:
+               windows: _Windows, olds: list[list[bytes | None]]) -> list:
     """The APPLY arguments writing ``rows`` of ``view`` (all in ``bucket``), merged from ``olds``."""
     scalars, distinct = spec.views[view]
     kinds = [kind for _, kind in scalars]
+    first = columns[WS][rows[0]]  # the chunk's first row: the one a chunk boundary may have cut
     args: list = [bucket.prefix, view, "", spec.batch_id, epoch_marker(bucket, spec.epoch), spec.tag,
                   len(scalars), *(name for name, _ in scalars), len(distinct), *distinct,
-                  columns[KEY][rows[0]], _suffix(columns[WS][rows[0]]), len(windows)]
+                  columns[KEY][rows[0]], suffix(int(first) if first else None), len(windows)]
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
-    for ((base, ws), by_key), old in zip(windows.items(), olds):
+    for ((base, start), by_key), old in zip(windows.items(), olds):
         merged = [_merge(view, key, before, kinds, [[v[r] for r in rs] for v in values],
                          [[m[r] for r in rs] for m in members], spec.exact_max)
                   for before, (key, rs) in zip(old, by_key.items())]
         digest = hashlib.sha1(b"\n".join(_as_bytes(b) for b in old)).hexdigest()
-        args += [base, _suffix(ws), len(by_key), digest, *by_key, *(m.row for m in merged)]
+        args += [base, suffix(start), len(by_key), digest, *by_key, *(m.row for m in merged)]
         for j in range(len(scalars)):
             args += [m.scores[j] for m in merged]
         for j in range(len(distinct)):
@@ -407,7 +408,8 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
 
 
 class _StaleRows(Exception):
-    """The rows changed between reading and writing them (a lost task still running beside its retry)."""
+    """The rows changed between reading and writing them: another writer touched them (not expected; see
+    ``_APPLY``'s digest)."""
 
 
 @retry(
