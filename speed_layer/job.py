@@ -53,6 +53,7 @@ from speed_layer.segments import (
     DEPTH,
     SEGMENT_LAYOUT,
     WriteSpec,
+    Written,
     encode,
     measure_spec,
     write_increments,
@@ -227,15 +228,16 @@ class SpeedLayer:
         if summary.barriers:
             self.client.sadd(self.keys.segments, *summary.barriers)
         bases, on_driver = self._plan(batch_id, summary)
-        rows = 0
+        written = Written(0, 0.0)
         if bases:
             source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-            rows = self._apply(events, bases, batch_id, summary.last, on_driver=on_driver is not None)
+            written = self._apply(events, bases, batch_id, summary.last, on_driver=on_driver is not None)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
-        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started)
-        log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs)",
-                 batch_id, summary.last, rows, bases, " from the driver" if on_driver else "", time.monotonic() - started)
+        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds)
+        log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs, of which %.2fs "
+                 "writing to Redis)", batch_id, summary.last, written.rows, bases,
+                 " from the driver" if on_driver else "", time.monotonic() - started, written.seconds)
 
     def _read_on_driver(self, batch: DataFrame, first: int, end: int) -> DataFrame:
         """The micro-batch's rows read by the driver: versions first..end (both included, as the source's
@@ -328,7 +330,7 @@ class SpeedLayer:
             known.add(served)
         return sorted(b for b in known if served is None or b >= served)
 
-    def _apply(self, events: DataFrame, bases: list[int], batch_id: int, last: int, *, on_driver: bool) -> int:
+    def _apply(self, events: DataFrame, bases: list[int], batch_id: int, last: int, *, on_driver: bool) -> Written:
         """Every view's increments for every interval, written in one Spark job (or from the driver), tagged
         ``last``: readers leave them out until ``_mark_processed`` commits the micro-batch."""
         encoded: list[DataFrame] = []
@@ -351,16 +353,18 @@ class SpeedLayer:
             return write_increments_from_driver(increments, spec, self.client)
         return write_increments(increments, spec, self.partitions)
 
-    def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float) -> None:
+    def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float, writing: float) -> None:
         """The commit point of the micro-batch: its increments become visible, in every segment at once
-        (``serving.store.segment_commits``); then the heartbeat says so."""
+        (``serving.store.segment_commits``); then the heartbeat says so, with how long the micro-batch took
+        and how much of it its slowest writer spent writing to Redis."""
         if not bases:  # nothing of it is in any answer: the speed layer has not processed it for readers
             self.heartbeat()
             return
         commit_processed(self.client, self.keys, bases, last)
         self.client.hset(self.keys.speed, mapping={
             "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
-            "last_batch_seconds": round(seconds, 3), "state": self.waiting or "running",
+            "last_batch_seconds": round(seconds, 3), "last_write_seconds": round(writing, 3),
+            "state": self.waiting or "running",
         })
 
 

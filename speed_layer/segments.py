@@ -54,9 +54,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import redis
@@ -264,17 +265,26 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
     )
 
 
-def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> int:
-    """Apply encoded increments of every view to the segments in one Spark job; returns rows applied."""
+class Written(NamedTuple):
+    """What a micro-batch's write did: the view rows applied, and the longest any writer spent on them
+    (reading, merging and the guarded calls, in seconds: what the write adds to the micro-batch's time
+    once its increments are computed)."""
+
+    rows: int
+    seconds: float
+
+
+def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> Written:
+    """Apply encoded increments of every view to the segments in one Spark job."""
     # A fixed partition count and a total order inside each partition make a replayed
     # micro-batch produce the very same chunks, which is what the guard relies on; partitioning by
     # the row keeps each row's increments in one partition, which the undo log relies on.
     stable = encoded.repartition(partitions, VIEW, KEY, WS).sortWithinPartitions(VIEW, KEY, WS, DEPTH)
-    counts = stable.mapInArrow(functools.partial(_apply_partition, spec), "rows long").collect()
-    return sum(r.rows for r in counts)
+    parts = stable.mapInArrow(functools.partial(_apply_partition, spec), "rows long, seconds double").collect()
+    return Written(sum(p.rows for p in parts), max((p.seconds for p in parts), default=0.0))
 
 
-def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: redis.Redis) -> int:
+def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: redis.Redis) -> Written:
     """Apply encoded increments of every view from the driver: one Spark job (the aggregation) fewer than
     ``write_increments``, for a small micro-batch, whose increments the driver holds at little cost.
 
@@ -283,7 +293,9 @@ def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: re
     (the speed layer records which with the micro-batch's plan)."""
     table = encoded.toArrow().sort_by([(VIEW, "ascending"), (KEY, "ascending"), (WS, "ascending"),
                                        (DEPTH, "ascending")])
-    return apply_rows(spec, table, "driver", client)
+    started = time.monotonic()
+    rows = apply_rows(spec, table, "driver", client)
+    return Written(rows, time.monotonic() - started)
 
 
 def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
@@ -376,9 +388,13 @@ def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iter
     assert context is not None, "_apply_partition runs inside a Spark task (mapInArrow)"
     # A partition's rows arrive sorted; gather them so chunks do not depend on Arrow batch sizes.
     gathered = list(batches)
+    started = time.monotonic()
     rows = apply_rows(spec, pa.Table.from_batches(gathered), str(context.partitionId())) if gathered else 0
     # repartition(n) runs a task for every partition, empty ones included: each answers its count.
-    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+    yield pa.RecordBatch.from_pydict({"rows": [rows], "seconds": [time.monotonic() - started]}, schema=_WRITTEN)
+
+
+_WRITTEN = pa.schema([("rows", pa.int64()), ("seconds", pa.float64())])
 
 
 def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis | None = None) -> int:

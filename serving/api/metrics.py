@@ -241,6 +241,10 @@ class PlatformCollector(Collector):
                          _number(speed.get("batch_id")))
         yield from gauge("lambda_speed_last_batch_seconds", "Duration of the speed layer's last micro-batch.",
                          _number(speed.get("last_batch_seconds")))
+        yield from gauge("lambda_speed_last_write_seconds",
+                         "Of the speed layer's last micro-batch, the seconds its slowest writer spent writing to Redis "
+                         "(reading, merging and storing rows; the rest is computing the increments and committing).",
+                         _number(speed.get("last_write_seconds")))
         heartbeat = _number(speed.get("heartbeat_at"))
         yield from gauge("lambda_speed_heartbeat_timestamp_seconds", "When the speed layer last reported (epoch s).",
                          heartbeat)

@@ -120,7 +120,7 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
     r = redis.Redis.from_url(redis_url)
     heartbeat = time.time() - 5
     r.hset(keys.speed, mapping={"processed": 1, "batch_id": 7, "heartbeat_at": heartbeat, "query": "q",
-                                "last_batch_seconds": 0.25})
+                                "last_batch_seconds": 0.25, "last_write_seconds": 0.125})
     p = {"pipeline": "wordcount"}
     with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
         found = scrape(client)
@@ -131,6 +131,7 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
         assert value(found, "lambda_speed_lag_seconds", **p) >= 0
         assert value(found, "lambda_speed_batch_id", **p) == 7
         assert value(found, "lambda_speed_last_batch_seconds", **p) == 0.25
+        assert value(found, "lambda_speed_last_write_seconds", **p) == 0.125
         assert value(found, "lambda_speed_heartbeat_timestamp_seconds", **p) == pytest.approx(heartbeat)
         assert 4 <= value(found, "lambda_speed_heartbeat_age_seconds", **p) < 60
         assert value(found, "lambda_batch_served_generation", **p) is None  # nothing published

@@ -40,7 +40,7 @@ def _write(spark, redis_url: str, batch_id: int, bases: tuple[int, ...], epoch: 
     parts = [VIEW.aggregate(frame.where(F.col("depth") == d)).withColumn(DEPTH, F.lit(d)) for d in (1, 2)]
     encoded = encode(parts[0].unionByName(parts[1]), VIEW, (4, 2))
     spec = WriteSpec(redis_url, "probe", "q1", epoch, batch_id, 100 + batch_id, bases, {"probe": measure_spec(VIEW)}, 2)
-    return write_increments(encoded, spec, partitions=8)  # more partitions than rows: empty ones too
+    return write_increments(encoded, spec, partitions=8).rows  # more partitions than rows: empty ones too
 
 
 def _expected(depth_at_least: int) -> dict[tuple[str, int], dict]:
