@@ -25,7 +25,8 @@ they took (what a running speed layer keeps up with, printed when there was more
 micro-batch; the time to the first micro-batch's commit, the query's start in it, is printed apart).
 Baseline, same run and session: Spark reading the same parquet files and computing the same views
 (no Redis), run twice and the second (warm, as the speed layer's later micro-batches are) kept.
-Prints the rates and their ratios. Target: >= 100k events/s.
+Prints the rates and their ratios (target: >= 100k events/s), then each micro-batch's time: in the
+speed layer, of it writing to Redis (its slowest writer), and Spark's streaming bookkeeping around it.
 
 compare: throughput of both speed-layer sources side by side, each run a ``throughput`` child
 process, the delta-rs engine (the Python source) and the delta-spark engine (Delta's own streaming
@@ -178,11 +179,52 @@ def payments_table(pipeline, n: int, rng: np.random.Generator, users: int = 50_0
 
 class CatchUp(NamedTuple):
     """How a speed layer started from scratch caught up: ``seconds`` in all (query start included),
-    ``first_seconds`` to its first committed micro-batch, which processed through ``first_version``."""
+    ``first_seconds`` to its first committed micro-batch, which processed through ``first_version``;
+    ``batches``: each micro-batch's (id, seconds in the speed layer, seconds its slowest writer wrote
+    to Redis), as its commit reported them (``last_batch_seconds``, ``last_write_seconds``)."""
 
     seconds: float
     first_seconds: float
     first_version: int
+    batches: list[tuple[int, float, float]]
+
+
+class _Progress:
+    """Spark's own timing of each micro-batch (``durationMs`` of its progress reports), by batch id."""
+
+    def __init__(self) -> None:
+        self.durations: dict[int, dict[str, int]] = {}
+
+    def listener(self):
+        import json
+
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        durations = self.durations
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None: ...
+            def onQueryIdle(self, event) -> None: ...
+            def onQueryTerminated(self, event) -> None: ...
+
+            def onQueryProgress(self, event) -> None:
+                progress = json.loads(event.progress.json)
+                if progress.get("numInputRows"):
+                    durations[progress["batchId"]] = progress["durationMs"]
+
+        return _Listener()
+
+
+def print_batches(run: CatchUp, durations: dict[int, dict[str, int]]) -> None:
+    """Where each micro-batch's time went: in ``foreachBatch`` (the speed layer: planning, the aggregation,
+    the write), of it the slowest writer's Redis work, and Spark's streaming bookkeeping around it (offsets,
+    write-ahead log, commit)."""
+    print("  micro-batch  trigger s  speed layer s  writing to Redis s  Spark bookkeeping s")
+    for batch_id, seconds, writing in run.batches:
+        spark = durations.get(batch_id)  # the last one's may come after the query stopped: not printed
+        trigger = f"{spark['triggerExecution'] / 1000:9.2f}" if spark else f"{'-':>9}"
+        around = f"{(spark['triggerExecution'] - spark['addBatch']) / 1000:19.2f}" if spark else f"{'-':>19}"
+        print(f"  {batch_id:>11}  {trigger}  {seconds:13.2f}  {writing:18.2f}  {around}")
 
 
 def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
@@ -194,10 +236,11 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
     # batch_id and last_batch_seconds are set by a micro-batch's commit alone (a fresh start sets
     # `processed` too, to where it starts); one HMGET reads them with the `processed` they go with.
     def read() -> tuple[int, list]:
-        processed, *commit = client.hmget(speed, "processed", "batch_id", "last_batch_seconds")
+        processed, *commit = client.hmget(speed, "processed", "batch_id", "last_batch_seconds", "last_write_seconds")
         return int(processed or -1), commit
 
     before = read()[1]
+    batches: dict[int, tuple[int, float, float]] = {}
     worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
                               kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
     started = time.perf_counter()
@@ -206,13 +249,17 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
     while (state := read())[0] < latest:
         if first is None and state[1] != before:
             first = (time.perf_counter() - started, state[0])
+        if state[1] != before and state[1][0] is not None:
+            batches[int(state[1][0])] = (int(state[1][0]), float(state[1][1]), float(state[1][2] or 0))
         if not worker.is_alive():
             raise SystemExit("the speed layer stopped before it caught up; see its log above")
         time.sleep(0.02)
     seconds = time.perf_counter() - started
+    if state[1][0] is not None:
+        batches[int(state[1][0])] = (int(state[1][0]), float(state[1][1]), float(state[1][2] or 0))
     stop.set()
     worker.join(120)
-    return CatchUp(seconds, *(first or (seconds, latest)))
+    return CatchUp(seconds, *(first or (seconds, latest)), sorted(batches.values()))
 
 
 def throughput(events: int, versions: int, users: int, data_dir: Path, storage_engine: str = "delta-rs",
@@ -254,6 +301,8 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
     # Twice, the second kept: the speed layer's micro-batches after its first run on a warm JVM too.
     cold, baseline = aggregate_all(), aggregate_all()
 
+    progress = _Progress()
+    spark.streams.addListener(progress.listener())
     run = catch_up(spark, settings, pipeline, redis_url, latest)
     n = per * versions
     later = (latest - run.first_version) * per  # events after the first micro-batch (all commits hold `per`)
@@ -267,6 +316,7 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
           f"its first run {cold:.1f} s)")
     print(f"ratio speed/baseline = {baseline / run.seconds:.2f}" +
           (f", sustained {sustained / (n / baseline):.2f}" if sustained else "") + "   (target: >= 100k events/s)")
+    print_batches(run, progress.durations)
     if json_path:
         write_figures(json_path, "speed_throughput", {
             "events": n, "versions": versions, "users": users, "storage_engine": storage_engine,

@@ -115,7 +115,7 @@ def main() -> None:
             def write(batch: int) -> int:
                 spec = segments.WriteSpec(redis_url, pipeline.name, "stages", epoch, batch, 10**9 + batch, (served,),
                                           {v.name: segments.measure_spec(v) for v in pipeline.views}, 2000)
-                return segments.write_increments(encoded(), spec, 2)
+                return segments.write_increments(encoded(), spec, 2).rows
 
             def cpu() -> float:
                 info = client.info("cpu")
