@@ -164,7 +164,10 @@ class SpeedLayer:
             if (self.partitions, self.chunk) != (self.settings.speed_write_partitions, self.settings.speed_chunk_rows):
                 log.warning("keeping write partitions %d and chunk rows %d of the existing checkpoint; "
                             "new values apply after a fresh start", self.partitions, self.chunk)
-            return -1  # ignored: Spark resumes from the checkpointed offsets
+            # Spark resumes from the checkpoint's offsets; where the query stopped before its first micro-batch
+            # (an idle master) it has none, and starts where the query was started: after that generation, not
+            # at version 0 (a master's log trimmed below it would stop the query there for good).
+            return int(saved.get("starting", -1))
         served = served_generation(self.client, self.keys)
         if served is None:
             raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
@@ -192,7 +195,7 @@ class SpeedLayer:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         identity.write_text(json.dumps({"query": self.query_id, "epoch": epoch, "partitions": self.partitions,
                                         "chunk": self.chunk, "logic": self.pipeline.logic,
-                                        "layout": SEGMENT_LAYOUT}))
+                                        "layout": SEGMENT_LAYOUT, "starting": served}))
         self.client.hset(self.keys.speed, mapping={"query": self.query_id, "state": "running", "started_after": served})
         return served
 

@@ -1,4 +1,5 @@
-"""Where a speed-layer query starts: a checkpoint of an older segment layout rebuilds the segments.
+"""Where a speed-layer query starts: a checkpoint of an older segment layout rebuilds the segments; a query
+stopped before its first micro-batch resumes after the generation it started after.
 
 Real Redis and a real checkpoint folder; no stream runs (``SpeedLayer._identity`` decides where the
 query starts before Spark is asked for anything).
@@ -54,3 +55,22 @@ def test_a_checkpoint_resumes_only_segments_of_the_layout_this_code_writes(
         assert (starting, client.exists(old_segment)) == (SERVED, 0)
         assert job.query_id != "q-before" and saved["query"] == job.query_id
     assert saved["layout"] == SEGMENT_LAYOUT
+
+
+def test_a_query_stopped_before_its_first_micro_batch_resumes_after_the_generation_it_started_after(
+        make_settings, redis_url: str) -> None:
+    # A fresh query over an idle master writes no offsets; Spark then asks the source where to start. It must be
+    # after the generation the query started after (its segments hold nothing before), not at version 0: a log
+    # trimmed below that generation would stop the resumed query at every start.
+    settings = make_settings()
+    pipeline = load_pipeline(settings.pipeline)
+    client = redis.Redis.from_url(redis_url)
+    keys = store_keys(pipeline.name, redis_url)
+    epoch = ensure_epoch(client, keys)
+    publish.begin(client, keys, SERVED, epoch)
+    assert publish.flip(client, keys, SERVED, epoch, {"logic": pipeline.logic})
+
+    fresh = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+    assert fresh._identity() == SERVED
+    resumed = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+    assert (resumed._identity(), resumed.query_id) == (SERVED, fresh.query_id)
