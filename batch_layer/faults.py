@@ -9,7 +9,9 @@ Points: ``after-barrier``, ``after-gold`` and ``before-flip`` (batch run); ``spe
 (speed layer: a micro-batch's increments are in Redis but Spark has not committed its offsets);
 ``speed-between-chunks`` (a speed-layer executor has applied one chunk of a micro-batch and not
 the next: killing the Python worker there fails the micro-batch half applied); ``speed-after-read``
-(a speed-layer writer has read the rows a chunk touches and not yet written their merged values).
+(a speed-layer writer has read the rows a chunk touches and not yet written their merged values);
+``speed-dropping-segments`` (a fresh start of the speed layer has deleted its segments' metadata and
+not yet their data).
 """
 
 from __future__ import annotations

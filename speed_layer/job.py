@@ -201,11 +201,13 @@ class SpeedLayer:
 
     def _drop_segments(self, served: int) -> None:
         """Forget every realtime segment (a fresh start rebuilds them from ``served`` on)."""
-        # Metadata first: a reader must never see a processed version over half-deleted data.
+        # Metadata first: readers read nothing of a segment without its processed version (serving.store.read_scripts),
+        # so while the rest goes answers are the generation's alone, never a processed version over half-deleted data.
         self.client.delete(self.keys.segments)
         for bucket in self.keys.every_prefix():
             for key in self.client.scan_iter(match=bucket.segment_metas):
                 self.client.unlink(key)
+        fault_point("speed-dropping-segments")  # metadata gone, data not yet
         for bucket in self.keys.every_prefix():
             for prefix in bucket.query_state_prefixes:
                 delete_prefix(self.client, prefix)

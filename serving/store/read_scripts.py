@@ -20,9 +20,12 @@ local generation = redis.call('GET', KEYS[1])
 if not generation then return false end
 local p, view = ARGV[1], ARGV[2]
 local bp = generation_view(p, generation, view)
-local sp = segment_view(p, generation, view)
 local processed = redis.call('HGET', segment_meta(p, generation), 'processed') or ''
 local committed = tonumber(processed) or -1
+-- A segment with no processed version has nothing committed (its first micro-batch is in flight, or the
+-- speed layer is dropping it, meta first: job.SpeedLayer._drop_segments): none of it is read, so the
+-- answer is the generation's alone, as processed = '' says. ('none' is no base: no key has this prefix.)
+local sp = processed ~= '' and segment_view(p, generation, view) or segment_view(p, 'none', view)
 local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events', 'logic',
                         'measures:' .. view, 'view:' .. view)
 local positions = nil  -- row part name -> index in a batch or realtime row and an undo entry (the view's layout)

@@ -68,8 +68,10 @@ def oracle(events: list[dict[str, Any]], hourly: bool = False) -> dict[tuple[str
             for (k, ws), (c, s, m) in grouped.iterrows()}
 
 
-def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[str, Any]], last: int) -> None:
-    """The speed layer's write of ``events`` into the segment based at ``base``, committed at version ``last``."""
+def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[str, Any]], last: int,
+                   batch_id: int = 0) -> None:
+    """The speed layer's write of ``events`` into the segment based at ``base`` as micro-batch ``batch_id``,
+    committed at version ``last``."""
     pipeline = load_pipeline(settings.pipeline)
     client = redis_client(settings.redis_url)
     keys = store_keys(pipeline.name, settings.redis_url)
@@ -78,7 +80,7 @@ def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[
         "origin string, dest string, delay long, event_time timestamp")
     rows = pipeline.transform(frame)
     parts = [encode(view.aggregate(rows).withColumn(DEPTH, F.lit(1)), view, (3, 0)) for view in pipeline.views]
-    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", read_epoch(client, keys) or "", 0, last, (base,),
+    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", read_epoch(client, keys) or "", batch_id, last, (base,),
                      {view.name: measure_spec(view) for view in pipeline.views}, 500)
     write_increments(functools.reduce(DataFrame.unionByName, parts), spec, partitions=2)
     commit_processed(client, keys, [base], last)
