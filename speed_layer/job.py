@@ -16,7 +16,9 @@ For every micro-batch (a run of master versions, in log order) it:
    fresher (the same versions, read by the same function as the source's, aggregated by the same
    Spark plan; which way a micro-batch goes is fixed on its first attempt, with its plan);
 5. records the version processed in each live segment and in the heartbeat: the commit point
-   that makes the whole micro-batch visible to readers at once (``segments``).
+   that makes the whole micro-batch visible to readers at once (``segments``). A micro-batch that
+   ends inside a version (Delta's own source, of the delta-spark engine, splits a commit of several
+   files) is not committed: the next one writes on under its tag and commits both at once.
 
 A fresh query (no checkpoint, or Redis lost its data) starts after the served generation. When
 none is served it does not start: reading the master into no segment would only be thrown away.
@@ -83,6 +85,17 @@ class _Summary(NamedTuple):
     first: int | None = None
     end: int | None = None
     rows: int | None = None
+
+
+class _Plan(NamedTuple):
+    """How a micro-batch is written (``SpeedLayer._plan``): the segment bases it writes, the versions (first,
+    end) the driver reads when it reads and writes it (None: Spark's tasks do), and the tag its writes carry."""
+
+    bases: list[int]
+    driver: tuple[int, int] | None
+    tag: int
+    #: The tag is that of the micro-batch before, left uncommitted: its undo logs go on.
+    continues: bool = False
 
 
 class SpeedLayer:
@@ -232,13 +245,22 @@ class SpeedLayer:
             return
         if summary.barriers:
             self.client.sadd(self.keys.segments, *summary.barriers)
-        bases, on_driver = self._plan(batch_id, summary)
+        plan = self._plan(batch_id, summary)
+        bases, on_driver = plan.bases, plan.driver
         written = Written(0, 0.0)
         if bases:
             source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-            written = self._apply(events, bases, batch_id, summary.last, on_driver=on_driver is not None)
+            written = self._apply(events, plan, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
+        inside = _ends_inside_version(self.checkpoint, batch_id)
+        if inside is not None:
+            # Committing now would show part of a version as all of it: the micro-batch that completes the version
+            # goes on under this tag (``_plan``) and commits both.
+            log.info("micro-batch %d ends inside version %d (the source split its commit): %d view rows in, to be "
+                     "committed with the rest of the version", batch_id, inside, written.rows)
+            self.heartbeat()
+            return
         self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs, of which %.2fs "
                  "writing to Redis)", batch_id, summary.last, written.rows, bases,
@@ -285,30 +307,38 @@ class SpeedLayer:
         assert found is not None, "an aggregate without grouping has exactly one row"
         return _Summary(found[0], sorted(found[1]))
 
-    def _plan(self, batch_id: int, summary: _Summary) -> tuple[list[int], tuple[int, int] | None]:
-        """The segment bases of this micro-batch, and the versions (first, end) the driver reads when it
-        reads and writes it (a small one whose offset tells its versions; None: Spark's tasks do): decided
-        on its first attempt, reused by replays.
+    def _plan(self, batch_id: int, summary: _Summary) -> _Plan:
+        """How this micro-batch is written: decided on its first attempt, reused by replays.
 
-        Both decide how increments are cut into chunks and what the chunks are named; a replay (after a
-        flip, or with other settings) must cut the same chunks for the guard to skip exactly what was
-        applied. Segments that died meanwhile are skipped by the write itself.
+        Its bases and its way (driver or tasks) decide how increments are cut into chunks and what the
+        chunks are named; a replay (after a flip, or with other settings) must cut the same chunks for the
+        guard to skip exactly what was applied. Segments that died meanwhile are skipped by the write itself.
+        Its tag is its highest version, or, when the micro-batch before ended inside a version and so was not
+        committed, that one's tag: the undo logs then go on holding the rows as they were before it, and the
+        commit of this micro-batch shows both at once.
         """
+        assert summary.last is not None, "a micro-batch without rows is not planned"
         key = self.keys.plan(self.query_id)
         stored = self.client.get(key)
+        before: dict | None = None
         if stored is not None:
             planned_id, planned = text(stored).split(":", 1)
+            plan = json.loads(planned)
+            if isinstance(plan, list):  # a plan stored before the driver path: tasks
+                plan = {"bases": plan, "driver": None}
             if int(planned_id) == batch_id:
-                plan = json.loads(planned)  # a list: a plan stored before the driver path (tasks)
-                if isinstance(plan, list):
-                    return plan, None
-                return plan["bases"], (tuple(plan["driver"]) if plan["driver"] else None)
+                return _Plan(plan["bases"], tuple(plan["driver"]) if plan["driver"] else None,
+                             plan.get("tag", summary.last), plan.get("continues", False))
+            if int(planned_id) < batch_id and _ends_inside_version(self.checkpoint, int(planned_id)) is not None:
+                before = plan
         bases = self._claimed(self._live_bases(summary.barriers))
         small = summary.rows is not None and summary.rows <= self.driver_rows
         versions = (summary.first, summary.end) if small and summary.first is not None and summary.end is not None \
             else None
-        self.client.set(key, f"{batch_id}:{json.dumps({'bases': bases, 'driver': versions})}")
-        return bases, versions
+        tag = before.get("tag", summary.last) if before is not None else summary.last
+        record = {"bases": bases, "driver": versions, "tag": tag, "continues": before is not None}
+        self.client.set(key, f"{batch_id}:{json.dumps(record)}")
+        return _Plan(bases, versions, tag, before is not None)
 
     def _claimed(self, bases: list[int]) -> list[int]:
         """The bases whose segments this query may write: claimed for its logic and by it (``serving.store.logic``).
@@ -335,9 +365,10 @@ class SpeedLayer:
             known.add(served)
         return sorted(b for b in known if served is None or b >= served)
 
-    def _apply(self, events: DataFrame, bases: list[int], batch_id: int, last: int, *, on_driver: bool) -> Written:
+    def _apply(self, events: DataFrame, plan: _Plan, batch_id: int) -> Written:
         """Every view's increments for every interval, written in one Spark job (or from the driver), tagged
-        ``last``: readers leave them out until ``_mark_processed`` commits the micro-batch."""
+        ``plan.tag``: readers leave them out until ``_mark_processed`` commits the micro-batch."""
+        bases = plan.bases
         encoded: list[DataFrame] = []
         width = (max(len(v.scalar_measures) for v in self.pipeline.views),
                  max(len(v.distinct_measures) for v in self.pipeline.views))
@@ -350,11 +381,11 @@ class SpeedLayer:
             encoded.extend(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width)
                            for view in self.pipeline.views)
         spec = WriteSpec(
-            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, last, tuple(bases),
-            {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk,
+            self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, plan.tag, tuple(bases),
+            {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk, continues=plan.continues,
         )
         increments = functools.reduce(DataFrame.unionByName, encoded)
-        if on_driver:
+        if plan.driver is not None:
             return write_increments_from_driver(increments, spec, self.client)
         return write_increments(increments, spec, self.partitions)
 
@@ -391,8 +422,8 @@ def _quiet_trigger_warnings(spark: SparkSession) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.ERROR)
 
 
-def _logged_summary(checkpoint: Path, batch_id: int) -> _Summary | None:
-    """The summary in micro-batch ``batch_id``'s end offset in the checkpoint's offsets log, or None.
+def _logged_offset(checkpoint: Path, batch_id: int) -> dict | None:
+    """Micro-batch ``batch_id``'s end offset in the checkpoint's offsets log, or None.
 
     The log's file ``offsets/<batch id>`` is written by Spark before the micro-batch runs: a line
     ``v1``, a line of metadata, then the end offset of each source (here one, the master's).
@@ -402,7 +433,26 @@ def _logged_summary(checkpoint: Path, batch_id: int) -> _Summary | None:
         offset = json.loads(lines[2]) if len(lines) > 2 and lines[0] == "v1" else None
     except (OSError, ValueError):
         return None
-    if not isinstance(offset, dict) or not isinstance(summary := offset.get(SUMMARY), dict):
+    return offset if isinstance(offset, dict) else None
+
+
+def _ends_inside_version(checkpoint: Path, batch_id: int) -> int | None:
+    """The version micro-batch ``batch_id`` stops inside, or None (it ends where a version does).
+
+    Delta's own streaming source (the delta-spark engine) admits a commit's files one by one against
+    its limits, so a commit of several files (a bulk ingest by Spark) can be split across micro-batches;
+    its end offset then names the version and the index of the last file read. At a version's end it
+    names the next version at index -1 (Delta's ``isLast``); the Python source reads whole versions."""
+    offset = _logged_offset(checkpoint, batch_id)
+    if offset is None or not isinstance(offset.get("reservoirVersion"), int) or not isinstance(offset.get("index"), int):
+        return None
+    return offset["reservoirVersion"] if offset["index"] >= 0 else None
+
+
+def _logged_summary(checkpoint: Path, batch_id: int) -> _Summary | None:
+    """The summary in micro-batch ``batch_id``'s end offset (``speed_layer.source.summarize``), or None."""
+    offset = _logged_offset(checkpoint, batch_id)
+    if offset is None or not isinstance(summary := offset.get(SUMMARY), dict):
         return None
     last, barriers = summary.get("last"), summary.get("barriers")
     if not (last is None or isinstance(last, int)) or not isinstance(barriers, list):

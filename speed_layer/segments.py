@@ -17,7 +17,8 @@ driver commits the micro-batch:
 
 * A micro-batch's *tag* is its end offset, its highest master version: a replay has the same
   offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
-  query restarts (a fresh query wipes the segments anyway).
+  query restarts (a fresh query wipes the segments anyway). A micro-batch after one left
+  uncommitted (it ended inside a version) carries that one's tag: one undo log for both.
 * Each (segment, view, window) has an *undo log* (hash: key -> the row's field before the
   micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u``, ``:t``). The first call of a micro-batch to touch a window finds an
   older tag: that micro-batch is committed (they run one after another, each committed before
@@ -85,7 +86,8 @@ VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 # KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag (the
-# micro-batch's end version), n scalar measures, their names..., n distinct measures, their names...,
+# micro-batch's end version), whether it continues the undo logs of a micro-batch left uncommitted ('1':
+# any key may be saved already, each is looked up; '0': only the first), n scalar measures, their names..., n distinct measures, their names...,
 # the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
 # n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
 # scores per scalar measure ('' = unchanged); then per distinct measure the rows (1-based) whose
@@ -104,7 +106,8 @@ local batch = tonumber(ARGV[4])
 if batch <= tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '-1') then return 0 end
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
 local p, view, tag = ARGV[1], ARGV[2], ARGV[6]
-local i = 7
+local continues = ARGV[7] == '1'
+local i = 8
 local nm = tonumber(ARGV[i]); local names = {}
 for j = 1, nm do names[j] = ARGV[i + j] end
 i = i + nm + 1
@@ -167,14 +170,20 @@ for _, w in ipairs(windows) do
   local rk = rows_key(sp, sfx)
   -- Save each row as it was before this micro-batch first changes it ('' = none), and a sketch it had.
   -- A key this log already holds was saved by an earlier call of this micro-batch: a row's increments
-  -- are contiguous in the chunks' order and in one partition, so only the chunk's first row can be one.
+  -- are contiguous in the chunks' order and in one partition, so only the chunk's first row can be one
+  -- (any row, when the micro-batch continues one left uncommitted).
   local u, fresh = undo_log(sp, sfx)
-  local skip = nil
-  if not fresh and sfx == first_sfx and redis.call('HEXISTS', u, first_key) == 1 then skip = first_key end
+  local kept = {}
+  if not fresh and continues then  -- the micro-batch left uncommitted may have saved any of them
+    local have = redis.call('HMGET', u, unpack(keys))
+    for q = 1, n do if have[q] then kept[keys[q]] = true end end
+  elseif not fresh and sfx == first_sfx and redis.call('HEXISTS', u, first_key) == 1 then
+    kept[first_key] = true
+  end
   local saves, copies, written = {}, {}, {}
   for q = 1, n do
     local key = keys[q]
-    if key ~= skip then
+    if not kept[key] then
       saves[#saves + 1] = key; saves[#saves + 1] = w.olds[q] or ''
       for j = 1, nd do
         if w.sketched[j][q] then
@@ -238,6 +247,9 @@ class WriteSpec:
     chunk: int
     #: The most distinct values a realtime row keeps exactly (as the batch rows do); above it, a HyperLogLog.
     exact_max: int = EXACT_DISTINCT_MAX
+    #: The micro-batch goes on under the tag of one left uncommitted (it ended inside a version): rows that one
+    #: wrote are saved in the undo logs already, with their value from before it.
+    continues: bool = False
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
@@ -347,6 +359,7 @@ def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list
     kinds = [kind for _, kind in scalars]
     first = columns[WS][rows[0]]  # the chunk's first row: the one a chunk boundary may have cut
     args: list = [bucket.prefix, view, "", spec.batch_id, epoch_marker(bucket, spec.epoch), spec.tag,
+                  "1" if spec.continues else "0",
                   len(scalars), *(name for name, _ in scalars), len(distinct), *distinct,
                   columns[KEY][rows[0]], suffix(int(first) if first else None), len(windows)]
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
