@@ -10,7 +10,9 @@ Which source reads them follows the storage engine:
 - delta-spark: Delta's own streaming source over the change data feed (``readChangeFeed``,
   ``_commit_version`` becomes ``_version``); the caps become ``maxFilesPerTrigger`` (one file per
   commit for the platform's appends: about one version per file) and ``maxBytesPerTrigger`` (the
-  row cap times the table's bytes per row). Chosen for this engine because it needs nothing on the
+  row cap times the table's bytes per row). Delta admits a commit's files one by one, so a commit of
+  several files (a bulk ingest by Spark) can end a micro-batch inside it: that micro-batch is shown
+  with the one completing the version (``speed_layer.job``). Chosen for this engine because it needs nothing on the
   executors beyond the Delta jars, plans micro-batches from JVM Delta's cached log state, and
   measured at par with the Python source (benchmarks/speed_layer_bench.py throughput; see the
   figures in benchmarks/README.md).
