@@ -180,7 +180,7 @@ class SpeedLayer:
             # Spark resumes from the checkpoint's offsets; where the query stopped before its first micro-batch
             # (an idle master) it has none, and starts where the query was started: after that generation, not
             # at version 0 (a master's log trimmed below it would stop the query there for good).
-            return int(saved.get("starting", -1))
+            return self._started_after(saved)
         served = served_generation(self.client, self.keys)
         if served is None:
             raise NothingServedError(f"no batch generation of {self.pipeline.name!r} is served to start after")
@@ -211,6 +211,14 @@ class SpeedLayer:
                                         "layout": SEGMENT_LAYOUT, "starting": served}))
         self.client.hset(self.keys.speed, mapping={"query": self.query_id, "state": "running", "started_after": served})
         return served
+
+    def _started_after(self, saved: dict) -> int:
+        """The generation the checkpoint's query started after: in its identity, or (identities written before
+        it was kept there) in the speed hash, if that is still this query's; else -1 (version 0 on)."""
+        if "starting" in saved:
+            return int(saved["starting"])
+        query, started = self.client.hmget(self.keys.speed, "query", "started_after")
+        return int(started) if query is not None and text(query) == saved["query"] and started is not None else -1
 
     def _drop_segments(self, served: int) -> None:
         """Forget every realtime segment (a fresh start rebuilds them from ``served`` on)."""
@@ -327,15 +335,20 @@ class SpeedLayer:
             if isinstance(plan, list):  # a plan stored before the driver path: tasks
                 plan = {"bases": plan, "driver": None}
             if int(planned_id) == batch_id:
-                return _Plan(plan["bases"], tuple(plan["driver"]) if plan["driver"] else None,
-                             plan.get("tag", summary.last), plan.get("continues", False))
-            if int(planned_id) < batch_id and _ends_inside_version(self.checkpoint, int(planned_id)) is not None:
+                if "tag" not in plan:  # planned by code before tags were: kept now, for a micro-batch continuing it
+                    plan = {**plan, "tag": summary.last, "continues": False}
+                    self.client.set(key, f"{batch_id}:{json.dumps(plan)}")
+                return _Plan(plan["bases"], tuple(plan["driver"]) if plan["driver"] else None, plan["tag"],
+                             plan["continues"])
+            # A plan without a tag is of a micro-batch the code before committed, whatever its end.
+            if "tag" in plan and int(planned_id) < batch_id and \
+                    _ends_inside_version(self.checkpoint, int(planned_id)) is not None:
                 before = plan
         bases = self._claimed(self._live_bases(summary.barriers))
         small = summary.rows is not None and summary.rows <= self.driver_rows
         versions = (summary.first, summary.end) if small and summary.first is not None and summary.end is not None \
             else None
-        tag = before.get("tag", summary.last) if before is not None else summary.last
+        tag = before["tag"] if before is not None else summary.last
         record = {"bases": bases, "driver": versions, "tag": tag, "continues": before is not None}
         self.client.set(key, f"{batch_id}:{json.dumps(record)}")
         return _Plan(bases, versions, tag, before is not None)

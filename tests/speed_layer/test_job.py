@@ -1,5 +1,6 @@
 """Where a speed-layer query starts: a checkpoint of an older segment layout rebuilds the segments; a query
-stopped before its first micro-batch resumes after the generation it started after.
+stopped before its first micro-batch resumes after the generation it started after. How a micro-batch is
+tagged: one after a micro-batch that ended inside a version carries that one's tag on.
 
 Real Redis and a real checkpoint folder; no stream runs (``SpeedLayer._identity`` decides where the
 query starts before Spark is asked for anything).
@@ -16,7 +17,7 @@ from batch_layer.recompute import publish
 from serving.store.connection import store_keys
 from serving.store.generations import ensure_epoch
 from shared_logic.registry import load_pipeline
-from speed_layer.job import SpeedLayer
+from speed_layer.job import SpeedLayer, _Summary
 from speed_layer.segments import SEGMENT_LAYOUT
 
 SERVED = 7
@@ -74,3 +75,44 @@ def test_a_query_stopped_before_its_first_micro_batch_resumes_after_the_generati
     assert fresh._identity() == SERVED
     resumed = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
     assert (resumed._identity(), resumed.query_id) == (SERVED, fresh.query_id)
+
+    # An identity written before it kept the start: the speed hash, still this query's, says where it started.
+    identity = settings.speed_checkpoint_path / "lambda_query.json"
+    saved = json.loads(identity.read_text())
+    del saved["starting"]
+    identity.write_text(json.dumps(saved))
+    older = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+    assert older._identity() == SERVED
+
+
+def _log_end_offset(checkpoint, batch_id: int, version: int, index: int) -> None:
+    """Micro-batch ``batch_id``'s end offset as Spark logs Delta's: inside ``version`` when ``index`` >= 0."""
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    end = {"sourceVersion": 1, "reservoirId": "r", "reservoirVersion": version, "index": index,
+           "isStartingVersion": False}
+    (checkpoint / "offsets" / str(batch_id)).write_text(f"v1\n{{}}\n{json.dumps(end)}")
+
+
+def test_a_micro_batch_after_one_that_ended_inside_a_version_carries_its_tag_on(make_settings, redis_url: str) -> None:
+    settings = make_settings()
+    pipeline = load_pipeline(settings.pipeline)
+    client = redis.Redis.from_url(redis_url)
+    keys = store_keys(pipeline.name, redis_url)
+    epoch = ensure_epoch(client, keys)
+    publish.begin(client, keys, SERVED, epoch)
+    assert publish.flip(client, keys, SERVED, epoch, {"logic": pipeline.logic})
+    job = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+    job._identity()
+    checkpoint = settings.speed_checkpoint_path
+
+    # Micro-batch 3, planned by code before tags were kept, ended inside version 12 and is replayed now.
+    client.set(keys.plan(job.query_id), f"3:{json.dumps({'bases': [SERVED], 'driver': None})}")
+    _log_end_offset(checkpoint, 3, 12, 1)
+    assert job._plan(3, _Summary(12, [])).tag == 12
+    _log_end_offset(checkpoint, 4, 12, 3)  # the next part of version 12: still not its end
+    assert job._plan(4, _Summary(12, []))[2:] == (12, True)
+    _log_end_offset(checkpoint, 5, 15, -1)  # the rest of 12 and more, to the end of version 14
+    assert job._plan(5, _Summary(14, []))[2:] == (12, True)
+    assert job._plan(5, _Summary(14, []))[2:] == (12, True)  # a replay: the same
+    _log_end_offset(checkpoint, 6, 16, -1)  # committed micro-batch 5 ended where a version does
+    assert job._plan(6, _Summary(15, []))[2:] == (15, False)
