@@ -9,18 +9,42 @@ query starts before Spark is asked for anything).
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import pytest
 import redis
 
 from batch_layer.recompute import publish
+from deploy.settings import Settings
 from serving.store.connection import store_keys
 from serving.store.generations import ensure_epoch
+from serving.store.keys import Keys
+from shared_logic.pipeline import Pipeline
 from shared_logic.registry import load_pipeline
 from speed_layer.job import SpeedLayer, _Summary
 from speed_layer.segments import SEGMENT_LAYOUT
 
 SERVED = 7
+
+
+class _Served(NamedTuple):
+    settings: Settings
+    pipeline: Pipeline
+    client: redis.Redis
+    keys: Keys
+    epoch: str
+
+
+def _served(make_settings, redis_url: str, logic: str | None = None) -> _Served:
+    """Generation SERVED published and served, computed under ``logic`` (default: the pipeline's)."""
+    settings = make_settings()
+    pipeline = load_pipeline(settings.pipeline)
+    client = redis.Redis.from_url(redis_url)
+    keys = store_keys(pipeline.name, redis_url)
+    epoch = ensure_epoch(client, keys)
+    publish.begin(client, keys, SERVED, epoch)
+    assert publish.flip(client, keys, SERVED, epoch, {"logic": logic or pipeline.logic})
+    return _Served(settings, pipeline, client, keys, epoch)
 
 
 # served_by: whose logic the served generation is of: this code's, or another's (a change of logic whose first
@@ -30,14 +54,8 @@ SERVED = 7
                          ids=["older", "older-other-logic-served", "current"])
 def test_a_checkpoint_resumes_only_segments_of_the_layout_this_code_writes(
         make_settings, redis_url: str, layout: int | None, served_by: str, resumes: bool) -> None:
-    settings = make_settings()
-    pipeline = load_pipeline(settings.pipeline)
-    client = redis.Redis.from_url(redis_url)
-    keys = store_keys(pipeline.name, redis_url)
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, SERVED, epoch)
-    logic = pipeline.logic if served_by == "ours" else "0ther1ogic00"
-    assert publish.flip(client, keys, SERVED, epoch, {"logic": logic})
+    settings, pipeline, client, keys, epoch = _served(make_settings, redis_url,
+                                                      None if served_by == "ours" else "0ther1ogic00")
     old_segment = keys.segment_scores(SERVED, "word_counts", "count")
     client.zadd(old_segment, {"spark": 3})  # a segment as layout 1 wrote it: no rows hash
     identity = {"query": "q-before", "epoch": epoch, "partitions": 2, "chunk": 100, "logic": pipeline.logic}
@@ -63,13 +81,7 @@ def test_a_query_stopped_before_its_first_micro_batch_resumes_after_the_generati
     # A fresh query over an idle master writes no offsets; Spark then asks the source where to start. It must be
     # after the generation the query started after (its segments hold nothing before), not at version 0: a log
     # trimmed below that generation would stop the resumed query at every start.
-    settings = make_settings()
-    pipeline = load_pipeline(settings.pipeline)
-    client = redis.Redis.from_url(redis_url)
-    keys = store_keys(pipeline.name, redis_url)
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, SERVED, epoch)
-    assert publish.flip(client, keys, SERVED, epoch, {"logic": pipeline.logic})
+    settings, pipeline, client, keys, _ = _served(make_settings, redis_url)
 
     fresh = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
     assert fresh._identity() == SERVED
@@ -94,13 +106,7 @@ def _log_end_offset(checkpoint, batch_id: int, version: int, index: int) -> None
 
 
 def test_a_micro_batch_after_one_that_ended_inside_a_version_carries_its_tag_on(make_settings, redis_url: str) -> None:
-    settings = make_settings()
-    pipeline = load_pipeline(settings.pipeline)
-    client = redis.Redis.from_url(redis_url)
-    keys = store_keys(pipeline.name, redis_url)
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, SERVED, epoch)
-    assert publish.flip(client, keys, SERVED, epoch, {"logic": pipeline.logic})
+    settings, pipeline, client, keys, _ = _served(make_settings, redis_url)
     job = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
     job._identity()
     checkpoint = settings.speed_checkpoint_path
