@@ -241,6 +241,10 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
 
     before = read()[1]
     batches: dict[int, tuple[int, float, float]] = {}
+
+    def note(commit: list) -> None:  # the micro-batch the speed hash reports committed last
+        if commit != before and commit[0] is not None:
+            batches[int(commit[0])] = (int(commit[0]), float(commit[1]), float(commit[2] or 0))
     worker = threading.Thread(target=run_speed_layer, args=(spark, settings, pipeline),
                               kwargs={"redis_url": redis_url, "stop": stop}, daemon=True)
     started = time.perf_counter()
@@ -249,14 +253,12 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
     while (state := read())[0] < latest:
         if first is None and state[1] != before:
             first = (time.perf_counter() - started, state[0])
-        if state[1] != before and state[1][0] is not None:
-            batches[int(state[1][0])] = (int(state[1][0]), float(state[1][1]), float(state[1][2] or 0))
+        note(state[1])
         if not worker.is_alive():
             raise SystemExit("the speed layer stopped before it caught up; see its log above")
         time.sleep(0.02)
     seconds = time.perf_counter() - started
-    if state[1][0] is not None:
-        batches[int(state[1][0])] = (int(state[1][0]), float(state[1][1]), float(state[1][2] or 0))
+    note(state[1])
     stop.set()
     worker.join(120)
     return CatchUp(seconds, *(first or (seconds, latest)), sorted(batches.values()))

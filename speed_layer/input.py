@@ -12,10 +12,10 @@ Which source reads them follows the storage engine:
   commit for the platform's appends: about one version per file) and ``maxBytesPerTrigger`` (the
   row cap times the table's bytes per row). Delta admits a commit's files one by one, so a commit of
   several files (a bulk ingest by Spark) can end a micro-batch inside it: that micro-batch is shown
-  with the one completing the version (``speed_layer.job``). Chosen for this engine because it needs nothing on the
-  executors beyond the Delta jars, plans micro-batches from JVM Delta's cached log state, and
-  measured at par with the Python source (benchmarks/speed_layer_bench.py throughput; see the
-  figures in benchmarks/README.md).
+  with the one completing the version (``speed_layer.job``). Chosen for this engine because it needs
+  nothing on the executors beyond the Delta jars, plans micro-batches from JVM Delta's cached log
+  state, and measured at par with the Python source (benchmarks/speed_layer_bench.py throughput;
+  see the figures in benchmarks/README.md).
 - delta-rs: the Python streaming source (``speed_layer.source``): offsets are versions, delta-rs
   reads the change data feed on the executors, the caps are exact in versions and in rows.
 

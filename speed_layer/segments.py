@@ -87,8 +87,8 @@ _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 # KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag (the
 # micro-batch's end version), whether it continues the undo logs of a micro-batch left uncommitted ('1':
-# any key may be saved already, each is looked up; '0': only the first), n scalar measures, their names..., n distinct measures, their names...,
-# the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
+# any key may be saved already, each is looked up; '0': only the first), n scalar measures, their
+# names..., n distinct measures, their names..., the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
 # n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
 # scores per scalar measure ('' = unchanged); then per distinct measure the rows (1-based) whose
 # sketch existed before (n, indexes...); then per distinct measure the rows with values for their
@@ -288,11 +288,13 @@ class Written(NamedTuple):
 
 def write_increments(encoded: DataFrame, spec: WriteSpec, partitions: int) -> Written:
     """Apply encoded increments of every view to the segments in one Spark job."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     # A fixed partition count and a total order inside each partition make a replayed
     # micro-batch produce the very same chunks, which is what the guard relies on; partitioning by
     # the row keeps each row's increments in one partition, which the undo log relies on.
     stable = encoded.repartition(partitions, VIEW, KEY, WS).sortWithinPartitions(VIEW, KEY, WS, DEPTH)
-    parts = stable.mapInArrow(functools.partial(_apply_partition, spec), "rows long, seconds double").collect()
+    parts = stable.mapInArrow(functools.partial(_apply_partition, spec), from_arrow_schema(_WRITTEN)).collect()
     return Written(sum(p.rows for p in parts), max((p.seconds for p in parts), default=0.0))
 
 
