@@ -4,7 +4,7 @@ Every Spark-side Delta operation goes through JVM Delta: the batch snapshot (``v
 gold generations (one ``overwrite`` per generation with ``txnAppId``/``txnVersion``, so a
 repeat of a generation commits nothing), bulk ingest of a file (read, validated and appended
 by Spark in one commit), appends made by a process running Spark (the batch run's barrier),
-compaction (OPTIMIZE), vacuum, and the speed layer's input (Delta's own streaming source with
+compaction (OPTIMIZE) and the speed layer's input (Delta's own streaming source with
 the change data feed, ``_commit_version`` on each row).
 
 Operations that need no Spark job stay on delta-rs, and so does every write of a process that
@@ -253,20 +253,6 @@ class DeltaSparkEngine:
         (row,) = DeltaTable.forPath(session, _uri(path)).optimize().executeCompaction().collect()
         removed, added = int(row["metrics"]["numFilesRemoved"]), int(row["metrics"]["numFilesAdded"])
         return CompactionResult(committed_version(session) if removed else None, removed, added)
-
-    def vacuum(self, path: Location, *, retention_hours: float, enforce_retention: bool = True) -> None:
-        """Delete files no version within ``retention_hours`` needs (Delta's own rules).
-
-        ``enforce_retention=False`` allows a retention below the table's
-        ``delta.deletedFileRetentionDuration`` (7 days by default): only when no reader, streaming
-        query or time travel may still need those versions.
-        """
-        from delta.tables import DeltaTable
-
-        session = self.session("vacuum a table").newSession()
-        if not enforce_retention:
-            session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        DeltaTable.forPath(session, _uri(path)).vacuum(retention_hours)
 
     def change_stream(self, spark: SparkSession, path: Location, schema: pa.Schema, *, after: int,
                       version_column: str, max_files: int, max_rows: int | None) -> DataFrame:

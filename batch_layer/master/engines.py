@@ -9,22 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from batch_layer.errors import StorageError
-from batch_layer.master.delta_log import open_table
 from batch_layer.master.delta_rs import DeltaRsEngine
 from batch_layer.master.delta_spark import DeltaSparkEngine, delta_spark_conf
 from batch_layer.master.object_store import Location, is_object_store
 from batch_layer.master.s3a import merge_conf, s3a_spark_conf
-from batch_layer.master.storage import SparkStorage, StorageEngine
-
-
-def vacuum(engine: StorageEngine, path: Location, *, retention_hours: float, enforce_retention: bool = True) -> None:
-    """Delete the files of ``path`` that no version within ``retention_hours`` needs (Delta's rules)."""
-    if isinstance(engine, SparkStorage):
-        engine.vacuum(path, retention_hours=retention_hours, enforce_retention=enforce_retention)
-        return
-    # delta-rs reads a retention of 0 as "the table's default": the shortest it takes is 1 hour.
-    open_table(path).vacuum(retention_hours=int(retention_hours), dry_run=False,
-                                 enforce_retention_duration=enforce_retention)
+from batch_layer.master.storage import StorageEngine
 
 
 def engine_spark_conf(name: str, *, ivy_dir: Path, snapshot_partitions: int, tables: Location | None = None) -> dict[str, str]:

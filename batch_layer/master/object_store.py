@@ -75,13 +75,6 @@ def relative(location: Location, base: Location) -> str:
     return child[len(root) + 1:]
 
 
-def local_path(location: Location) -> Path:
-    """The local folder of ``location``; StorageError for an object-store location."""
-    if is_object_store(location):
-        raise StorageError(f"{os.fspath(location)} is on object storage, not a local folder")
-    return Path(table_uri(location))
-
-
 def storage_options(location: Location) -> dict[str, str]:
     """delta-rs storage options for ``location`` (none for a local table; never credentials).
 

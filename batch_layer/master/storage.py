@@ -5,7 +5,7 @@ JVM engine (delta-spark, for clusters) stands beside the embedded delta-rs engin
 registered by name in :func:`get_engine`. An engine whose Delta runs inside Spark also implements
 :class:`SparkStorage` (Spark writes the tables itself); for an engine that does not, the callers
 keep their delta-rs way (gold: Spark writes parquet, delta-rs commits the files; the speed layer:
-a Python streaming source over the log) and :func:`compact` / :func:`vacuum` use delta-rs.
+a Python streaming source over the log) and :func:`compact` uses delta-rs.
 """
 
 from __future__ import annotations
@@ -188,9 +188,6 @@ class SparkStorage(Protocol):
     def compact(self, path: Location, *, target_size: int | None = None,
                 metadata: Mapping[str, str] | None = None) -> CompactionResult:
         """As :meth:`StorageEngine.compact`, run by Spark."""
-
-    def vacuum(self, path: Location, *, retention_hours: float, enforce_retention: bool = True) -> None:
-        """Delete files that no version within ``retention_hours`` needs."""
 
     def change_stream(self, spark: SparkSession, path: Location, schema: pa.Schema, *, after: int,
                       version_column: str, max_files: int, max_rows: int | None) -> DataFrame:

@@ -4,7 +4,8 @@ A master dataset written by one engine (events, a barrier, events after it) is r
 other: its snapshot at the barrier, and the speed layer's input, whose ``_version`` must be the
 commit version the writer reported. Appends from both engines at once lose nothing and get
 distinct versions. Gold generations are seen, and not repeated, across engines. Spark's bulk
-ingest keeps the delta-rs ingest's semantics. Compaction and vacuum by JVM Delta change no row.
+ingest keeps the delta-rs ingest's semantics. Compaction by JVM Delta changes no row (the platform
+vacuums with delta-rs whatever the engine: tests/batch_layer/test_vacuum.py).
 
 Oracle: the events the test itself appended (plain Python lists) and the versions the writers
 returned; nothing is compared with the code's own reading of the same table.
@@ -24,7 +25,7 @@ from deltalake import DeltaTable
 
 from batch_layer.errors import IngestError
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.master.engines import get_engine, vacuum
+from batch_layer.master.engines import get_engine
 from batch_layer.recompute.gold import write_generation
 from shared_logic import load_pipeline
 from shared_logic.errors import EventValidationError
@@ -197,7 +198,7 @@ def test_bulk_ingest_by_spark_keeps_the_ingest_semantics(spark, tmp_path: Path) 
             master.ingest_file(latin1)
 
 
-def test_compaction_and_vacuum_by_jvm_delta_change_no_row(spark, make_settings, tmp_path: Path) -> None:
+def test_compaction_by_jvm_delta_changes_no_row(spark, make_settings, tmp_path: Path) -> None:
     master = _master(tmp_path / "master", "delta-spark")
     batches = [_events(f"c{i}", 3) for i in range(4)]
     versions = [master.append(PIPELINE.schema.validate(b)) for b in batches]
@@ -206,9 +207,6 @@ def test_compaction_and_vacuum_by_jvm_delta_change_no_row(spark, make_settings, 
     assert len(DeltaTable(str(master.path)).file_uris()) == 1
     rows = _streamed(spark, master, make_settings(pipeline="payments", storage_engine="delta-spark"), versions[-1])
     assert rows == []  # the compaction carries no change
-    vacuum(master.engine, master.path, retention_hours=0, enforce_retention=False)
     expected = _keys(itertools.chain(*batches))
     assert _keys(DeltaTable(str(master.path)).to_pyarrow_table().to_pylist()) == expected
     assert _keys(master.snapshot(spark, compacted).collect()) == expected
-    assert not [f for f in master.path.glob("*.parquet") if f.name not in
-                {Path(u).name for u in DeltaTable(str(master.path)).file_uris()}], "vacuum left removed files"
