@@ -6,6 +6,11 @@ killed midway), the master dataset is compacted mid-stream, the speed-layer proc
 with SIGKILL and restarted, and Redis restarts under it. After each scenario every key of every
 view (windowed ones included) and the top-N answers are compared over HTTP with the oracle
 (tests/oracle.py: plain Python over the master dataset read with delta-rs).
+
+These run on the default engine (delta-rs). The engines' parity is proven at their contract
+(tests/batch_layer/test_engines.py: the same tables, the same speed-layer input with the same
+``_version``); the delta-spark engine's own end-to-end exactness scenario is its real difference,
+a commit split across micro-batches (tests/speed_layer/test_split_versions.py).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from tests.speed_layer.conftest import (
     wait_caught_up,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 
@@ -57,10 +62,9 @@ READ_ITEMS = [(view, user, window) for user in oracle.PAYMENT_USERS
               for view, window in (("spend_by_user", None), ("spend_by_user_hourly", int(START.timestamp()) + 3600))]
 
 
-def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api, storage_engine) -> None:
+def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
     # Small chunks: a micro-batch takes many write calls, so readers often land between two of them.
-    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3,
-                             storage_engine=storage_engine)
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3)
     master, rng = _master(settings), random.Random(11)
     _ingest_some(master, rng, 80)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
@@ -144,8 +148,8 @@ def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
         time.sleep(0.1)
 
 
-def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api, storage_engine) -> None:
-    settings = make_settings(pipeline="payments", storage_engine=storage_engine)
+def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
+    settings = make_settings(pipeline="payments")
     master, rng = _master(settings), random.Random(23)
     _ingest_some(master, rng, 60)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
@@ -173,7 +177,7 @@ def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings
         # A batch run killed midway while events keep coming.
         env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
                "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": "before-flip",
-               "LAMBDA_STORAGE_ENGINE": storage_engine}
+               "LAMBDA_STORAGE_ENGINE": settings.storage_engine}
         killed = subprocess.run([sys.executable, "-m", "deploy.cli", "batch", "run"], env=env, capture_output=True,
                                 timeout=300)
         assert killed.returncode == -9
@@ -191,12 +195,11 @@ def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings
         assert speed.wait(120) == 0, "SIGTERM did not stop the speed layer cleanly"
 
 
-def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path, storage_engine) -> None:
+def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path) -> None:
     durable = RedisServer(tmp_path / "redis-aof")
     durable.start(appendonly=True)
     try:
-        settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2,
-                                 storage_engine=storage_engine)
+        settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2)
         master, rng = _master(settings), random.Random(5)
         _ingest_some(master, rng, 40)
         run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
