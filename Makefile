@@ -42,11 +42,15 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) $(BROWSER)  ## set up and run every test tier
-	$(BIN)/python -m pytest -q
+# Two workers: the end-to-end tests mostly wait (on JVMs starting, triggers, polls), so two share the
+# two cores well; a module's tests that share a module-scoped fixture stay on one worker (xdist_group).
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
-test-fast: $(STAMP)  ## skip the slow end-to-end tier
-	$(BIN)/python -m pytest -q -m "not slow"
+test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 15 minutes on 2 cores)
+	$(PYTEST)
+
+test-fast: $(STAMP)  ## skip the slow end-to-end tier (about 3 minutes)
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)  ## quick variant of every benchmark (10-15 min on 2 cores), one table; BENCH_ARGS=--write-results appends it to benchmarks/RESULTS.md
 	$(NICE) $(BIN)/python benchmarks/suite.py $(BENCH_ARGS)

@@ -7,11 +7,13 @@ tests talk HTTP to a real uvicorn server.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,35 @@ from deploy.redis_cluster import LocalRedisCluster
 from deploy.redis_server import redis_binary
 from deploy.settings import Settings, load_settings
 from tests.support import free_port
+
+
+#: Resource markers set from the fixtures a test takes (Beam's ``uses_*`` style); the ones a fixture
+#: cannot tell (a JVM in a subprocess, a whole ``up`` tree, a standalone Spark cluster) are set by
+#: the module (``pytestmark``). ``-m "not uses_platform"`` and the like select tiers by what they cost.
+_FIXTURE_MARKERS = {
+    "spark": "uses_spark", "browser": "uses_browser", "redis_cluster": "uses_redis_cluster",
+    "cluster_url": "uses_redis_cluster", "s3_server": "uses_s3", "s3_settings": "uses_s3",
+}
+#: Costliest first, so the two workers' last tests end close together (a long test started last
+#: would leave one core idle while it runs alone).
+_COST = ("uses_platform", "uses_spark_cluster", "uses_jvm_subprocess", "slow", "uses_spark")
+
+
+def _cost(item: pytest.Item) -> int:
+    marks = {mark.name for mark in item.iter_markers()}
+    return next((rank for rank, name in enumerate(_COST) if name in marks), len(_COST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in _FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+    # A module moves as a block (its module-scoped fixtures are set up once), ranked by its costliest test.
+    rank: dict[str, int] = {}
+    for item in items:
+        rank[item.module.__name__] = min(rank.get(item.module.__name__, len(_COST)), _cost(item))
+    items.sort(key=lambda item: rank[item.module.__name__])
 
 
 class RedisServer:
@@ -98,6 +129,16 @@ def storage_engine(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@contextmanager
+def _ivy_lock(ivy_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock beside the shared Ivy cache: Ivy does not lock its own downloads."""
+    folder = ivy_dir.expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lambda-tests.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
@@ -108,7 +149,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,
         storage_engine="delta-spark",
     )
-    session = build_spark(settings, "lambda-tests")
+    with _ivy_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
+        session = build_spark(settings, "lambda-tests")
     yield session
     session.stop()
 

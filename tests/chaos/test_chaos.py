@@ -16,7 +16,7 @@ import pytest
 from tests.chaos.faults import FAULT_KINDS, FaultPlan
 from tests.chaos.harness import ChaosConfig, run_chaos
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.chaos]
 
 
 def test_chaos_bounded(tmp_path: Path) -> None:

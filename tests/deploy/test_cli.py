@@ -19,7 +19,7 @@ import pytest
 from deploy.redis_server import stop_embedded_redis
 from tests.support import CLICKS_PIPELINE, free_port, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
     (tmp_path / "user_pipes").mkdir()

@@ -41,7 +41,7 @@ from tests.deploy.cluster import StandaloneCluster, bare_python, daemon_env, get
 from tests.speed_layer.conftest import assert_exact, processed_version
 from tests.support import free_port, run_cli, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_spark_cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)

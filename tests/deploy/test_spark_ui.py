@@ -16,7 +16,7 @@ import pytest
 from tests.deploy.cluster import get_json
 from tests.support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from tests.browser import field, load, raw, values
 from tests.speed_layer.conftest import assert_exact, wait_caught_up
 from tests.support import CLICKS_PIPELINE, free_port, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
 KEY = "test-admin-key"
 

@@ -35,7 +35,7 @@ from tests import oracle
 from tests.deploy.test_up import KEY, _stop, _wait
 from tests.support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
 _HEAD = '''
 from datetime import datetime

@@ -23,7 +23,7 @@ from tests.deploy.test_up import KEY, _stop, _wait
 from tests.speed_layer.conftest import assert_exact, wait_caught_up
 from tests.support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
 PAYMENTS = [{"user_id": u, "merchant": m, "amount": a, "event_time": "2024-03-01T10:00:00Z"}
             for u, m, a in (("zed", "acme", 2.5), ("zed", "hooli", 4.0), ("yan", "acme", 1.25))]

@@ -28,7 +28,7 @@ from tests.conftest import ApiServer
 from tests.object_store.conftest import SECRET
 from tests.speed_layer.conftest import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 PIPELINE = "payments"
 
