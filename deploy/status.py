@@ -1,11 +1,15 @@
-"""`lambda-platform status`: every part of one pipeline's platform, up or down, always.
+"""`lambda-platform status`: every part of one pipeline's platform, up, down or failing, always.
 
 The parts, in order: the master dataset, Redis, the batch layer (a generation served), the speed
 layer (a fresh heartbeat), the API (ready, and serving this pipeline), the batch scheduler (one
 announced itself) and the last batch run (it did not fail). A part that cannot be reached is
-reported down with the reason; nothing is ever left out. The platform is *serving* when Redis is
-up, a generation is published and the API answers ready for this pipeline: ``status`` exits 0 then,
-1 otherwise. Nothing here starts anything (the embedded Redis is only pinged).
+reported down with the reason; nothing is ever left out. A part is *failing* when it failed since
+its last success: the speed layer by its own record in Redis (``SpeedHeartbeat.failing``: its last
+error and how many times), any part `up` supervises by the supervisor's record (``read_children``:
+restarting, with its last exit, restarts and the last error line of its log). The platform is
+*serving* when Redis is up, a generation is published, the API answers ready for this pipeline and
+no part is failing: ``status`` exits 0 then, 1 otherwise. Nothing here starts anything (the
+embedded Redis is only pinged).
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from typing import Any
 import httpx
 import redis
 from redis.exceptions import RedisClusterException
+from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.master.dataset import MasterDataset
 from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
+from deploy.supervisor import read_children
 from serving.store.connection import is_cluster, redis_client
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
@@ -31,6 +37,8 @@ from shared_logic.registry import load_pipeline
 
 PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
 _TIMEOUT = 2.0
+#: The part each child of `up` runs (``deploy.launcher``).
+_CHILD_PARTS = {"redis": "redis", "api": "api", "speed": "speed layer", "scheduler": "scheduler"}
 
 
 @dataclass
@@ -41,10 +49,21 @@ class Part:
     up: bool
     detail: str
     facts: dict[str, Any] = field(default_factory=dict)
+    #: It failed since its last success (restarting, or given up); never ``up`` then.
+    failing: bool = False
 
     @property
     def state(self) -> str:
-        return "up" if self.up else "down"
+        return "failing" if self.failing else "up" if self.up else "down"
+
+    def fail(self, why: str, **facts: Any) -> None:
+        """Mark the part failing, saying ``why`` first (after what an earlier ``fail`` said)."""
+        if self.failing:
+            self.detail += f"; {why}"
+        else:
+            self.detail = f"failing: {why}" + (f"; {self.detail}" if self.detail else "")
+        self.up, self.failing = False, True
+        self.facts.update(facts)
 
 
 @dataclass
@@ -58,21 +77,29 @@ class PlatformStatus:
     @property
     def serving(self) -> bool:
         by_name = {p.name: p for p in self.parts}
-        return all(by_name[name].up for name in ("redis", "batch layer", "api"))
+        return all(by_name[name].up for name in ("redis", "batch layer", "api")) and not self.failing
+
+    @property
+    def failing(self) -> list[str]:
+        """The parts failing."""
+        return [p.name for p in self.parts if p.failing]
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "pipeline": self.pipeline, "data_dir": self.data_dir, "serving": self.serving,
+            "pipeline": self.pipeline, "data_dir": self.data_dir, "serving": self.serving, "failing": self.failing,
             "parts": [{"part": p.name, "state": p.state, "detail": p.detail, **p.facts} for p in self.parts],
         }
 
     def table(self) -> Table:
         verdict = "[green]serving[/]" if self.serving else "[red]not serving[/]"
+        if self.failing:
+            verdict += f" ([red]{', '.join(self.failing)} failing[/])"
         table = Table(title=f"lambda platform: pipeline {self.pipeline} ({self.data_dir}): {verdict}")
         for column in ("part", "state", "detail"):
             table.add_column(column)
+        colours = {"up": "green", "down": "red", "failing": "bold red"}
         for part in self.parts:
-            table.add_row(part.name, "[green]up[/]" if part.up else "[red]down[/]", part.detail)
+            table.add_row(part.name, f"[{colours[part.state]}]{part.state}[/]", escape(part.detail))  # errors hold [...]
         return table
 
 
@@ -96,7 +123,21 @@ def platform_status(settings: Settings, api_key: str | None = None) -> PlatformS
         finally:
             client.close()
     parts["api"] = _api(settings, pipeline.name, api_key)
+    _supervised(settings, parts)
     return PlatformStatus(pipeline.name, str(settings.data_dir.resolve()), [parts[name] for name in PARTS])
+
+
+def _supervised(settings: Settings, parts: dict[str, Part]) -> None:
+    """Mark failing the parts whose process `up`'s supervisor is restarting (it records them beside the logs)."""
+    children = read_children(settings.data_dir.resolve() / "logs")
+    for child in (children or {}).values():
+        part = parts.get(_CHILD_PARTS.get(child.name, ""))
+        if part is None:
+            continue
+        part.facts["restarts"] = child.restarts
+        if child.failing():
+            part.fail(f"restarting: {child.failure()}", last_exit=child.last_exit,
+                      last_error=part.facts.get("last_error") or child.last_error)
 
 
 def _master(settings: Settings, pipeline: Any, parts: dict[str, Part]) -> int | None:
@@ -163,16 +204,24 @@ def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | No
     speed = SpeedHeartbeat.from_hash(client.hgetall(keys.speed))
     beat = speed.seconds_ago()
     if beat is None:
-        return Part("speed layer", False, "never ran: answers come from the batch generation alone")
+        part = Part("speed layer", False, "never ran: answers come from the batch generation alone",
+                    {"failures": speed.failures})
+        if speed.failing:
+            part.fail(speed.failure(), last_error=speed.last_error)
+        return part
     processed = speed.processed
     lag = None if latest is None or processed is None else max(0, latest - max(processed, served or -1))
     up = speed.alive()
     ui = speed.ui_url if up else None
     facts = {"processed_version": processed, "lag_versions": lag, "heartbeat_seconds_ago": round(beat, 1),
-             "spark_ui": ui or None}
-    waiting = f", {speed.state}" if speed.state and speed.state != "running" else ""
-    return Part("speed layer", up, f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago"
-                + (f", Spark UI {ui}" if ui else "") + waiting, facts)
+             "spark_ui": ui or None, "failures": speed.failures}
+    waiting = f", {speed.state}" if speed.state and speed.state not in ("running", "failed") else ""
+    unapplied = ", has not applied a micro-batch yet" if not speed.applied and lag else ""
+    part = Part("speed layer", up, f"processed version {processed}, lag {lag} versions, heartbeat {beat:.0f}s ago"
+                + (f", Spark UI {ui}" if ui else "") + waiting + unapplied, facts)
+    if speed.failing:
+        part.fail(speed.failure(), last_error=speed.last_error)
+    return part
 
 
 def _scheduler(registry: RunRegistry) -> Part:

@@ -44,6 +44,7 @@ from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.object_store import table_uri
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import delete_prefix, ensure_epoch, read_epoch, served_generation
+from serving.store.heartbeat import SpeedHealth
 from serving.store.logic import claim_segment, generation_logic, mark_waiting
 from serving.store.replies import text
 from serving.store.segment_commits import commit_processed
@@ -410,11 +411,11 @@ class SpeedLayer:
             self.heartbeat()
             return
         commit_processed(self.client, self.keys, bases, last)
-        self.client.hset(self.keys.speed, mapping={
-            "processed": last, "batch_id": batch_id, "heartbeat_at": time.time(), "query": self.query_id,
-            "last_batch_seconds": round(seconds, 3), "last_write_seconds": round(writing, 3),
-            "state": self.waiting or "running",
-        })
+        SpeedHealth(self.client, self.keys.speed).record_success(  # a success: no longer failing, if it was
+            processed=last, batch_id=batch_id, heartbeat_at=time.time(), query=self.query_id,
+            last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3),
+            state=self.waiting or "running",
+        )
 
 
 #: Runtime SQL settings the driver path's session takes from the application's session: how keys of

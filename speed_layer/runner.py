@@ -1,5 +1,13 @@
 """Running the speed layer as a process: start, stop gracefully on SIGTERM/Ctrl-C, rebuild on data
-loss, wait while no generation is served."""
+loss, wait while no generation is served, and say when it fails.
+
+A failure (the query's, or the process's before it exits) is recorded in the speed hash before it is
+raised or the query restarted (``serving.store.heartbeat.SpeedHealth``: the count since the last
+success and the error in one line), so readiness, ``status``, the metrics and the console show the
+speed layer failing within one restart. A restarted query's first completed trigger (a micro-batch,
+or finding nothing new) is its success and clears the count; so does every committed micro-batch
+(``speed_layer.job``).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +18,13 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from serving.store.connection import redis_client, store_keys
+from serving.store.heartbeat import SpeedHealth
 from speed_layer.errors import NothingServedError
 from speed_layer.job import SpeedLayer
 
 if TYPE_CHECKING:
+    import redis
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -73,6 +84,43 @@ def _wait_until_ready(layer: SpeedLayer, stop: threading.Event) -> bool:
     return not stop.is_set()
 
 
+class _Health:
+    """The speed hash's health fields (``SpeedHealth``), written best-effort: Redis may be what failed.
+
+    Its client fails fast, so a failure is reported (and the process exits) within seconds, recorded or not.
+    """
+
+    def __init__(self, redis_url: str, pipeline: str) -> None:
+        self._url, self._pipeline = redis_url, pipeline
+        self._client: redis.Redis | None = None
+
+    def _writer(self) -> SpeedHealth:
+        if self._client is None:
+            self._client = redis_client(self._url, fail_fast=True)
+        return SpeedHealth(self._client, store_keys(self._pipeline, self._url).speed)
+
+    def failed(self, error: BaseException) -> None:
+        try:
+            count = self._writer().record_failure(error)
+        except Exception as e:  # never hide the failure being reported behind this one
+            log.warning("the speed layer's failure is not recorded in Redis (%s)", e)
+        else:
+            log.info("speed layer failure recorded: %d since its last success", count)
+
+    def succeeded(self) -> bool:
+        """Record a success; True when it is recorded."""
+        try:
+            self._writer().record_success()
+        except (RedisError, RedisClusterException, OSError) as e:
+            log.warning("the speed layer's success is not recorded in Redis yet (%s)", e)
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
 def run_speed_layer(
     spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, *, redis_url: str,
     stop: threading.Event | None = None,
@@ -82,9 +130,21 @@ def run_speed_layer(
     When Redis lost its data (epoch changed), the query is restarted from the served generation
     with fresh segments; while no generation is served it waits for one, heartbeating with the
     reason (``state`` in the speed hash); after a transient failure (``_TRANSIENT``) it is restarted
-    from its checkpoint, in this process. Any other failure of the query is raised.
+    from its checkpoint, in this process. Any other failure of the query is raised. Every failure,
+    transient or not, is recorded in the speed hash first (``_Health``); a stop is not a failure.
     """
-    stop = stop or threading.Event()
+    health = _Health(redis_url, pipeline.name)
+    try:
+        _run(spark, settings, pipeline, redis_url, stop or threading.Event(), health)
+    except Exception as e:
+        health.failed(e)
+        raise
+    finally:
+        health.close()
+
+
+def _run(spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, redis_url: str, stop: threading.Event,
+         health: _Health) -> None:
     away_since: float | None = None
     while not stop.is_set():
         try:
@@ -102,8 +162,10 @@ def run_speed_layer(
             stop.wait(2.0)
             continue
         away_since = None
-        lost = False
+        lost = succeeded = False
         while not stop.is_set() and query.isActive:
+            if not succeeded and query.lastProgress is not None:  # a trigger completed: a micro-batch, or none due
+                succeeded = health.succeeded()
             try:
                 layer.heartbeat()
             except (RedisError, RedisClusterException) as e:  # Redis away for a moment (a restart, a cluster failover): the query rides it out
@@ -125,6 +187,7 @@ def run_speed_layer(
             continue
         if error is not None and any(transient in str(error) for transient in _TRANSIENT):
             # Restart the query in this process: a new process would pay for a JVM and a session again.
+            health.failed(error)
             log.warning("the speed layer's query failed (%s); restarting it in 2 s", str(error).splitlines()[0][:200])
             stop.wait(2.0)
             continue

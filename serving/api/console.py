@@ -8,7 +8,9 @@ tab's ``sessionStorage`` (gone when the tab closes; never in a cookie, so no oth
 the browser send it). The page renders API text with ``textContent`` only (keys are user data).
 
 Pages (hash routes, so the server has one URL to serve): ``#/`` overview of every pipeline
-(served generation and logic, freshness with a live lag chart, ingest rate, speed-layer state);
+(served generation and logic, freshness with a live lag chart, ingest rate, speed-layer state: its
+heartbeat, or FAILING with its last error and failures since its last success, from the pipeline's
+``/metrics``);
 ``#/pipelines/{p}/views/{v}`` a view (definition, top-N chart, a key's batch and realtime parts,
 a windowed key over a range, the keys); ``#/pipelines/{p}/runs`` batch runs (a timeline with
 stages, a button to start one).

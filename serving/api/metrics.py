@@ -14,6 +14,10 @@ so several apps in one process never clash) holding:
   and batch runs by outcome (counts, newest duration and time) through the app's
   ``serving.store.runs.RunRegistry``. Missing data means missing samples, never a failed scrape;
   ``lambda_metrics_redis_up`` says whether Redis answered.
+* whether a part is failing (``lambda_part_failing{part="speed"}``: it failed since its last success),
+  how many times since (``lambda_part_failures``), when last (``lambda_part_last_failure_timestamp_seconds``)
+  and, while failing, its last error as a label (``lambda_part_last_error_info{error="..."} 1``: one
+  line, no credentials; the web console shows it).
 """
 
 from __future__ import annotations
@@ -250,6 +254,8 @@ class PlatformCollector(Collector):
                          heartbeat)
         yield from gauge("lambda_speed_heartbeat_age_seconds", "Seconds since the speed layer last reported.",
                          None if heartbeat is None else max(0.0, s.taken_at - heartbeat))
+        if speed:
+            yield from self._part_health("speed", SpeedHeartbeat.from_hash(speed))
 
         yield from gauge("lambda_batch_served_generation", "Master version of the served batch generation.",
                          s.generation)
@@ -260,6 +266,26 @@ class PlatformCollector(Collector):
 
         if s.runs:
             yield from self._runs(s.runs)
+
+    def _part_health(self, part: str, health: SpeedHeartbeat) -> Iterator[Metric]:
+        """A part's failing state, failures since its last success, last failure time and (while failing) error."""
+        labels = [self.pipeline, part]
+        for name, doc, value in (
+            ("lambda_part_failing", "1 while the part is failing (it failed since its last success), else 0.",
+             float(health.failing)),
+            ("lambda_part_failures", "Failures of the part since its last success (each one is followed by a restart).",
+             float(health.failures)),
+            ("lambda_part_last_failure_timestamp_seconds", "When the part last failed (epoch s).", health.failed_at),
+        ):
+            if value is not None:
+                family = GaugeMetricFamily(name, doc, labels=["pipeline", "part"])
+                family.add_metric(labels, value)
+                yield family
+        if health.failing:
+            info = GaugeMetricFamily("lambda_part_last_error_info", "The failing part's last error (label error).",
+                                     labels=["pipeline", "part", "error"])
+            info.add_metric([*labels, health.last_error or "no error recorded"], 1.0)
+            yield info
 
     def _runs(self, runs: list[BatchRun]) -> Iterator[Metric]:
         count = GaugeMetricFamily("lambda_batch_runs", "Batch runs in the run registry, by outcome.",

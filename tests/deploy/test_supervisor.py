@@ -69,3 +69,33 @@ def test_children_stop_together_and_stop_last_ones_after_them(tmp_path: Path) ->
     assert events[("store", "term")] > max(events[(name, "exit")] for name in ("a", "b", "c")), \
         "the stop_last child was stopped before the others had exited"
     assert all(c.process.returncode == 0 for c in (store, *workers))
+
+
+def test_children_are_recorded_with_failures_and_last_error_and_a_code_change_is_no_failure(tmp_path: Path) -> None:
+    from deploy.code_watch import EXIT_CODE_CHANGED
+    from deploy.supervisor import read_children
+
+    # The command line's report, wrapped by the console's width, is the error recorded.
+    crasher = _child("crasher", "print('working'); print('error: RuntimeError: the speed layer\\'s query failed:'); "
+                                "print('ValueError: poison event', flush=True); raise SystemExit(1)", tmp_path)
+    changed = _child("changed", f"raise SystemExit({EXIT_CODE_CHANGED})", tmp_path)
+    steady = _child("steady", "import time; time.sleep(600)", tmp_path)
+    supervisor = Supervisor([steady, crasher, changed])
+    supervisor.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (crasher.failures < 2 or changed.total_restarts < 1) and time.monotonic() < deadline:
+            supervisor.watch_once()
+            time.sleep(0.05)
+        recorded = read_children(tmp_path)
+        assert recorded is not None, "no record beside the logs"
+        assert recorded["crasher"].failing() and recorded["crasher"].failures >= 2, recorded["crasher"]
+        assert recorded["crasher"].last_exit == "exit 1"
+        assert recorded["crasher"].last_error == ("error: RuntimeError: the speed layer's query failed: "
+                                                  "ValueError: poison event")
+        assert not recorded["changed"].failing() and recorded["changed"].last_exit == f"exit {EXIT_CODE_CHANGED}"
+        assert not recorded["steady"].failing() and recorded["steady"].running
+        assert oct((tmp_path / "children.json").stat().st_mode & 0o777) == "0o600"
+    finally:
+        supervisor.stop(grace=5)
+    assert read_children(tmp_path) is None and not (tmp_path / "children.json").exists()

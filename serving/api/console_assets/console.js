@@ -83,6 +83,30 @@ function metricValue(text, name) {
   return total;
 }
 
+function metricLabel(text, name, label) {
+  // The value of `label` on the first sample of `name` (Prometheus text: \\, \" and \n escaped), or null.
+  const pattern = new RegExp(`[{,]${label}="((?:[^"\\\\]|\\\\.)*)"`);
+  for (const line of String(text).split("\n")) {
+    if (!line.startsWith(name + "{")) continue;
+    const found = line.match(pattern);
+    if (found) return found[1].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+  }
+  return null;
+}
+
+function speedState(metrics) {
+  // The speed layer as its metrics tell it: failing (with its last error and count), else its heartbeat.
+  const beat = metricValue(metrics, "lambda_speed_heartbeat_age_seconds");
+  if (metricValue(metrics, "lambda_part_failing") > 0) {
+    return h("span", { class: "error", "data-field": "speed_state", "data-value": "failing" }, "FAILING: ",
+      h("span", { "data-field": "speed_error" }, metricLabel(metrics, "lambda_part_last_error_info", "error") ?? "no error recorded"),
+      " (failed ", num("speed_failures", metricValue(metrics, "lambda_part_failures")), " times since its last success",
+      beat === null ? ")" : ["; heartbeat ", num("speed_heartbeat_age", beat, " s"), " ago)"]);
+  }
+  return beat === null ? h("span", { "data-field": "speed_state", "data-value": "never ran" }, "not running (no heartbeat)")
+    : h("span", { "data-field": "speed_state", "data-value": "heartbeat" }, "heartbeat ", num("speed_heartbeat_age", beat, " s"), " ago");
+}
+
 // ---- charts --------------------------------------------------------------------------------------
 function lineChart(points, { field, label, width = 560, height = 140, yUnit = "" }) {
   const pad = { l: 48, r: 8, t: 10, b: 22 };
@@ -146,7 +170,6 @@ async function overview(main) {
       speed = await api(`${p.url}/metrics`).catch(() => "");
     } catch (err) { sections.push(h("section", { class: "card", "data-pipeline": p.name }, h("h2", {}, p.name), problem(err))); continue; }
     sample(p.name, views);
-    const beat = metricValue(speed, "lambda_speed_heartbeat_age_seconds");
     const points = (history[p.name] || []).map(r => ({ x: r.t, y: r.lag, label: new Date(r.t).toISOString().slice(11, 19) }));
     sections.push(h("section", { class: "card", "data-pipeline": p.name },
       h("h2", {}, p.name, p.default ? h("span", { class: "badge" }, "default") : null,
@@ -156,8 +179,7 @@ async function overview(main) {
         h("dt", {}, "newest master version"), h("dd", {}, num("latest_version", views.latest_version)),
         h("dt", {}, "speed layer applied"), h("dd", {}, num("processed_version", views.processed_version)),
         h("dt", {}, "lag"), h("dd", {}, num("lag_versions", views.lag_versions, " versions"), " · ", num("lag_seconds", views.lag_seconds, " s")),
-        h("dt", {}, "speed layer"), h("dd", {}, beat === null ? h("span", { "data-field": "speed_state" }, "not running (no heartbeat)")
-          : h("span", { "data-field": "speed_state" }, "heartbeat ", num("speed_heartbeat_age", beat, " s"), " ago")),
+        h("dt", {}, "speed layer"), h("dd", {}, speedState(speed)),
         h("dt", {}, "ingest (all pipelines)"), h("dd", {}, num("ingest_rate", ingestRate(), " events/s"), " · ", num("events_ingested", total, " events since start")),
         h("dt", {}, "logic"), h("dd", {}, h("code", { "data-field": "logic" }, views.served_logic ?? views.logic),
           views.pending_logic ? h("span", { class: "badge warn", "data-field": "pending_logic" }, `recomputing under ${views.pending_logic}`) : null)),

@@ -1,0 +1,104 @@
+"""`lambda-platform status` shows a failing part as failing, with its error and restarts, and exits 1.
+
+A real Redis, a real master dataset (a Delta table), the real API, and a generation published by
+hand: the platform is serving (exit 0) until a part fails. The speed layer's failure is written by
+its own writer (``SpeedHealth``), as its runner writes it; a restarting child is a real process
+the real supervisor restarts, which records it beside the logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from deploy.settings import Settings
+from deploy.status import platform_status
+from deploy.supervisor import Child, Supervisor, read_children
+from serving.store.heartbeat import SpeedHealth
+from serving.store.keys import Keys
+from tests.deploy.test_cli_messages import cli
+from tests.serving.test_metrics import master_with_versions
+from tests.support import wait_for
+
+#: A child that says what is wrong the way the command line does, then exits 1.
+_CRASHER = "import sys; print('starting'); print('error: RuntimeError: scheduler cannot read its schedule', flush=True); sys.exit(1)"
+
+
+def _published(settings: Settings, redis_url: str) -> redis.Redis:
+    """Master versions 0..3, generation 3 served, the speed layer caught up and beating."""
+    master_with_versions(settings, 4)
+    keys, client = Keys("wordcount"), redis.Redis.from_url(redis_url)
+    client.set(keys.current, 3)
+    client.hset(keys.meta(3), mapping={"computed_at": time.time(), "run_id": "r1", "logic": ""})
+    client.hset(keys.speed, mapping={"processed": 3, "batch_id": 2, "heartbeat_at": time.time(), "state": "running"})
+    return client
+
+
+def _status(folder: Path, settings: Settings, redis_url: str) -> tuple[int, dict[str, Any]]:
+    done = cli(folder, "status", "--json", LAMBDA_DATA_DIR=str(settings.data_dir), LAMBDA_REDIS_URL=redis_url,
+               LAMBDA_HTTP_PORT=str(settings.http_port), LAMBDA_PIPELINE="wordcount")
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_a_failing_speed_layer_is_shown_failing_with_its_error(
+    api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str,
+) -> None:
+    with api() as server:
+        settings = make_settings(http_port=server.port)
+        client = _published(settings, redis_url)
+        assert platform_status(settings).serving
+        health = SpeedHealth(client, Keys("wordcount").speed)
+        for _ in range(3):
+            health.record_failure(ValueError("poison event at version 3"))
+        client.hset(Keys("wordcount").speed, "heartbeat_at", time.time())  # restarted: alive between failures
+        status = platform_status(settings)
+    speed = {p.name: p for p in status.parts}["speed layer"]
+    assert speed.state == "failing" and not status.serving and "speed layer" in status.failing
+    assert speed.detail.startswith("failing: ValueError: poison event at version 3 (failed 3 times since its last "
+                                   "success)"), speed.detail
+    assert speed.facts["failures"] == 3 and speed.facts["last_error"] == "ValueError: poison event at version 3"
+    assert "speed layer failing" in str(status.table().title)
+    client.close()
+
+
+def test_a_restarting_child_is_failing_and_status_exits_1(
+    api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path,
+) -> None:
+    with api() as server:
+        settings = make_settings(http_port=server.port)
+        client = _published(settings, redis_url)
+        code, report = _status(tmp_path, settings, redis_url)
+        assert code == 0 and report["serving"], report
+
+        logs = settings.data_dir.resolve() / "logs"
+        crasher = Child("scheduler", [sys.executable, "-c", _CRASHER], dict(os.environ), logs / "scheduler.log")
+        supervisor = Supervisor([crasher])
+        supervisor.start()
+        try:
+            def restarted_twice() -> bool:
+                supervisor.watch_once()
+                return crasher.failures >= 2
+            wait_for(restarted_twice, "the crashing child to be restarted", 60, poll=0.05)
+            recorded = read_children(logs)
+            assert recorded is not None and recorded["scheduler"].failing(), recorded
+            code, report = _status(tmp_path, settings, redis_url)
+        finally:
+            supervisor.stop(grace=5)
+        assert code == 1 and not report["serving"] and report["failing"] == ["scheduler"], report
+        scheduler = next(p for p in report["parts"] if p["part"] == "scheduler")
+        assert scheduler["state"] == "failing", scheduler
+        assert "restarting: exit 1" in scheduler["detail"], scheduler
+        assert scheduler["last_error"] == "error: RuntimeError: scheduler cannot read its schedule", scheduler
+        assert scheduler["restarts"] >= 1
+
+        # Its supervisor stopped: nothing is restarting any more, and the record is gone with it.
+        assert read_children(logs) is None
+        assert platform_status(settings).serving
+    client.close()
