@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -262,7 +262,7 @@ def _explain(text: str, python: str) -> ShippingError:
     return ExecutorEnvironmentError(f"the executors failed the start-up check: {cause}")
 
 
-def _probe(modules: tuple[str, ...]):
+def _probe(modules: tuple[str, ...]) -> Callable[[int], tuple[str, str, str, list[str]]]:
     def probe(_: int) -> tuple[str, str, str, list[str]]:
         import importlib as _importlib
         import socket

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import redis
+from redis.commands.core import Script
 from redis.exceptions import ClusterError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -450,7 +451,7 @@ class _StaleRows(Exception):
     stop=stop_after_delay(120),
     reraise=True,
 )
-def _apply_chunk(client: redis.Redis, apply, bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list],
+def _apply_chunk(client: redis.Redis, apply: Script, bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list],
                  rows: list[int], guard: str) -> None:
     """Read the rows, merge, and write them in one atomic, guarded call in one bucket. Retried on connection
     faults (and a cluster's failover): if a reply was lost, the guard skips the repeat; and when the rows

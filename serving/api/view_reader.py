@@ -282,7 +282,7 @@ class ServingStore:
             raise self._unavailable(e) from e
         return SpeedHeartbeat.from_hash(status)
 
-    async def _call(self, script, bucket: Keys, args: list) -> list:
+    async def _call(self, script: AsyncScript, bucket: Keys, args: list) -> list:
         try:
             async with self._in_flight:
                 reply = await script(keys=[bucket.current], args=args)

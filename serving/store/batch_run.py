@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, cast
+from typing import Any, Literal, TypeAlias, cast
 
 from serving.store.errors import StoreError
 
@@ -82,7 +82,7 @@ class BatchRun:
 
     @classmethod
     def from_hash(cls, values: Mapping[str, str]) -> BatchRun:
-        def num(name: str, kind: type = float):
+        def num(name: str, kind: type = float) -> Any:
             value = values.get(name)
             return None if value in (None, "") else kind(value)
 
