@@ -85,61 +85,59 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     engine = get_engine(settings.storage_engine)
     master = MasterDataset(settings.master_uri, pipeline, engine)
     keys = store_keys(pipeline.name, redis_url)
-    client = redis_client(redis_url)
+    with redis_client(redis_url) as client:  # closed also when the run fails
+        # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may
+        # have served versions above it before the loss, so the flip must refuse this generation. (A
+        # loss between the two is refused too: harmless, the next run publishes.)
+        epoch = ensure_epoch(client, keys)
+        with stages.stage("barrier") as barrier:
+            generation = barrier.count = master.append_barrier(run_id)
+        log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
+        fault_point("after-barrier")
+        with stages.stage("snapshot") as snapshot:
+            events = master.snapshot(spark, generation)
+            event_count = snapshot.count = events.count()
+        rows = pipeline.transform(events)
+        publish.begin(client, keys, generation, epoch)
 
-    # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may
-    # have served versions above it before the loss, so the flip must refuse this generation. (A
-    # loss between the two is refused too: harmless, the next run publishes.)
-    epoch = ensure_epoch(client, keys)
-    with stages.stage("barrier") as barrier:
-        generation = barrier.count = master.append_barrier(run_id)
-    log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
-    fault_point("after-barrier")
-    with stages.stage("snapshot") as snapshot:
-        events = master.snapshot(spark, generation)
-        event_count = snapshot.count = events.count()
-    rows = pipeline.transform(events)
-    publish.begin(client, keys, generation, epoch)
+        view_rows: dict[str, int] = {}
+        for view in pipeline.views:
+            with stages.stage("gold", view.name) as computed:
+                gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine,
+                                        generation=generation)
+                computed.count = gold.rows
+            fault_point("after-gold")
+            with stages.stage("publish", view.name) as loaded:
+                loaded.count = publish.load_view(
+                    gold.read(spark), view, pipeline=pipeline.name, generation=generation,
+                    redis_url=redis_url, chunk=settings.redis_load_chunk,
+                )
+            view_rows[view.name] = gold.rows
 
-    view_rows: dict[str, int] = {}
-    for view in pipeline.views:
-        with stages.stage("gold", view.name) as computed:
-            gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine,
-                                    generation=generation)
-            computed.count = gold.rows
-        fault_point("after-gold")
-        with stages.stage("publish", view.name) as loaded:
-            loaded.count = publish.load_view(
-                gold.read(spark), view, pipeline=pipeline.name, generation=generation,
-                redis_url=redis_url, chunk=settings.redis_load_chunk,
-            )
-        view_rows[view.name] = gold.rows
-
-    fault_point("before-flip")
-    meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count, "logic": pipeline.logic}
-    meta.update({f"rows:{name}": n for name, n in view_rows.items()})
-    meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
-    meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
-    meta.update({f"view:{view.name}": repr(view) for view in pipeline.views})
-    with stages.stage("flip") as flip:
-        held = claim_segment(client, keys, generation, pipeline.logic)
-        if held is not None:  # the speed layer runs other code: serving both would mix two logics
-            raise PublishError(
-                f"generation {generation} of {pipeline.name!r} was computed under logic {pipeline.logic}, but its "
-                f"realtime segment holds {held}: the speed layer runs other pipeline code than this batch run. "
-                "Run every part with the same code; nothing was flipped")
-        flipped = publish.flip(client, keys, generation, epoch, meta)
-        flip.count = generation if flipped else None
-    if flipped:
-        log.info("run %s: now serving generation %d", run_id, generation)
-        satisfy_waiting(client, keys, pipeline.logic)
-        publish.drop_stale(client, keys)
-        _prune_gold(settings, pipeline, generation)
-    else:
-        log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)
-    client.close()
-    return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows, time.monotonic() - started, flipped,
-                          tuple(stages.records))
+        fault_point("before-flip")
+        meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count, "logic": pipeline.logic}
+        meta.update({f"rows:{name}": n for name, n in view_rows.items()})
+        meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
+        meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
+        meta.update({f"view:{view.name}": repr(view) for view in pipeline.views})
+        with stages.stage("flip") as flip:
+            held = claim_segment(client, keys, generation, pipeline.logic)
+            if held is not None:  # the speed layer runs other code: serving both would mix two logics
+                raise PublishError(
+                    f"generation {generation} of {pipeline.name!r} was computed under logic {pipeline.logic}, but its "
+                    f"realtime segment holds {held}: the speed layer runs other pipeline code than this batch run. "
+                    "Run every part with the same code; nothing was flipped")
+            flipped = publish.flip(client, keys, generation, epoch, meta)
+            flip.count = generation if flipped else None
+        if flipped:
+            log.info("run %s: now serving generation %d", run_id, generation)
+            satisfy_waiting(client, keys, pipeline.logic)
+            publish.drop_stale(client, keys)
+            _prune_gold(settings, pipeline, generation)
+        else:
+            log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)
+        return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows,
+                              time.monotonic() - started, flipped, tuple(stages.records))
 
 
 def _prune_gold(settings: RecomputeConfig, pipeline: Pipeline, served: int) -> None:
