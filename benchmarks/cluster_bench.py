@@ -7,7 +7,7 @@
 One synthetic payments master dataset (as ``batch_recompute.py`` builds it) is copied so each
 variant has its own identical master, gold tables and embedded Redis. A standalone cluster is
 started on 127.0.0.1 from the pyspark wheel's own ``bin/spark-class`` (a master and two workers of
-1 core each, as ``tests/deploy/cluster.py`` starts it for the cluster test). Then two long-lived
+1 core each, as ``tests/support/clusters.py`` starts it for the cluster test). Then two long-lived
 child processes (this file with ``--child``) each hold one SparkSession:
 
   local[2]   ``LAMBDA_SPARK_MASTER=local[2]``: driver and 2 task threads in one JVM;
@@ -138,7 +138,7 @@ def _build_master(data_dir: Path, args: argparse.Namespace) -> int:
 
 def bench(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.deploy.cluster import StandaloneCluster
+    from tests.support.clusters import StandaloneCluster
 
     root = Path(tempfile.mkdtemp(prefix="lp-cluster-bench-")) if args.data_dir is None else args.data_dir.resolve()
     dirs = {v: root / v.replace("[", "-").replace("]", "") for v in VARIANTS}

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +18,8 @@ import pytest
 import redis
 
 from deploy.redis_cluster import LocalRedisCluster
-from deploy.redis_server import redis_binary
 from deploy.settings import Settings, load_settings
-from tests.support import free_port
-
+from tests.support.servers import ApiServer, RedisServer
 
 #: Resource markers set from the fixtures a test takes (Beam's ``uses_*`` style); the ones a fixture
 #: cannot tell (a JVM in a subprocess, a whole ``up`` tree, a standalone Spark cluster) are set by
@@ -53,39 +48,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         rank[item.module.__name__] = min(rank.get(item.module.__name__, len(_COST)), _cost(item))
     items.sort(key=lambda item: rank[item.module.__name__])
-
-
-class RedisServer:
-    """A real redis-server process on a free port, restartable (for fault tests)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir, self.port = workdir, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, *, appendonly: bool = False) -> None:
-        """Start (or restart, same port and data) the server; ``appendonly`` persists every write (AOF)."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if appendonly else ["--appendonly", "no"]
-        self.process = subprocess.Popen(
-            [str(redis_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-             "--save", "", *persistence],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if redis.Redis.from_url(self.url).ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-            self.process = None
 
 
 @pytest.fixture(scope="session")
@@ -155,31 +117,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session.stop()
 
 
-class ApiServer:
-    """A real uvicorn server running the app in a thread, on a free port."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    def __enter__(self) -> ApiServer:
-        self._thread.start()
-        deadline = time.monotonic() + 15
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-
-
 @pytest.fixture
 def api(make_settings: Callable[..., Settings], redis_url: str) -> Callable[..., ApiServer]:
     """``with api(pipeline='payments') as server:`` serves the API over HTTP at ``server.base_url``."""
@@ -210,8 +147,8 @@ def cluster_url(redis_cluster: LocalRedisCluster) -> str:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    """A headless chromium (``tests.browser``), quit after the test."""
-    from tests.browser import start_browser
+    """A headless chromium (``tests.support.browser``), quit after the test."""
+    from tests.support.browser import start_browser
 
     driver = start_browser()
     yield driver

@@ -36,10 +36,10 @@ from batch_layer.master.engines import get_engine
 from deploy.settings import Settings, load_settings
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.conftest import ApiServer
-from tests.deploy.cluster import StandaloneCluster, bare_python, daemon_env, get_json
-from tests.speed_layer.conftest import assert_exact, processed_version
 from tests.support import free_port, run_cli, wait_for
+from tests.support.clusters import StandaloneCluster, bare_python, daemon_env, get_json
+from tests.support.servers import ApiServer
+from tests.support.speed import assert_exact, processed_version
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_spark_cluster]
 

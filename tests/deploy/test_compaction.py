@@ -23,7 +23,7 @@ from deploy.compactor import MasterCompactor
 from deploy.scheduler import BatchScheduler, run_now
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.speed_layer.conftest import assert_exact, running_speed_layer, wait_caught_up
+from tests.support.speed import assert_exact, running_speed_layer, wait_caught_up
 
 WORDS = ["alpha", "beta", "gamma", "delta", "alpha beta", "beta gamma delta"]
 

@@ -22,7 +22,7 @@ from deploy.shipping import (
     check_versions,
     pipeline_modules,
 )
-from tests.deploy.cluster import bare_python, daemon_env
+from tests.support.clusters import bare_python, daemon_env
 
 CLICKS = '''
 from datetime import datetime

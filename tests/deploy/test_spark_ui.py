@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.cluster import get_json
 from tests.support import free_port
+from tests.support.clusters import get_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 

@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from deploy.settings import load_settings
-from tests.browser import field, load, raw, values
-from tests.speed_layer.conftest import assert_exact, wait_caught_up
 from tests.support import CLICKS_PIPELINE, free_port, wait_for
+from tests.support.browser import field, load, raw, values
+from tests.support.speed import assert_exact, wait_caught_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 

@@ -20,8 +20,8 @@ import pytest
 
 from deploy.settings import load_settings
 from tests.deploy.test_up import KEY, _stop, _wait
-from tests.speed_layer.conftest import assert_exact, wait_caught_up
 from tests.support import free_port
+from tests.support.speed import assert_exact, wait_caught_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 

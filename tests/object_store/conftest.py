@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from deploy.settings import Settings
-from tests.conftest import free_port
+from tests.support import free_port
 
 ACCESS_KEY_ID = "lambda-test-key"
 #: A recognisable secret: tests assert it never shows up in output.

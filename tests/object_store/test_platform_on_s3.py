@@ -24,9 +24,9 @@ from deploy.settings import Settings
 from serving.api.app import create_app
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.conftest import ApiServer
 from tests.object_store.conftest import SECRET
-from tests.speed_layer.conftest import assert_exact
+from tests.support.servers import ApiServer
+from tests.support.speed import assert_exact
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 

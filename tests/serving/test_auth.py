@@ -30,7 +30,7 @@ from serving.api.metrics import install_metrics
 from serving.api.routes import health, views
 from serving.api.view_reader import ServingStore
 from shared_logic.registry import load_pipeline
-from tests.conftest import ApiServer
+from tests.support.servers import ApiServer
 
 KEYS = {
     "read-key-6f1c2a9e": ["read"],

@@ -22,9 +22,9 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.browser import field, load, raw, values
 from tests.serving.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 from tests.support import ingest_file, key_url, wait_for
+from tests.support.browser import field, load, raw, values
 
 ADMIN = "console-admin-key"
 

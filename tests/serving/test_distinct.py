@@ -26,7 +26,7 @@ from batch_layer.recompute.job import run_batch
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.speed_layer.conftest import assert_exact, running_speed_layer, wait_caught_up
+from tests.support.speed import assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
 

@@ -133,7 +133,7 @@ def test_payments_counts_are_ints_and_amount_sums_floats(spark: Any, make_settin
 @pytest.mark.slow
 def test_integral_measures_stay_ints_merged_with_realtime_parts(spark: Any, make_settings: Callable[..., Settings],
                                                                 api: Callable[..., Any], tmp_path: Path) -> None:
-    from tests.speed_layer.conftest import running_speed_layer, wait_caught_up
+    from tests.support.speed import running_speed_layer, wait_caught_up
 
     settings = make_settings(pipeline=PIPELINE, speed_trigger_seconds=0.2)
     rng = random.Random(8)

@@ -28,8 +28,8 @@ from deploy.settings import Settings
 from serving.api.app import create_app
 from serving.api.lean_route import LeanRoute, LeanRouteError
 from shared_logic.registry import load_pipeline
-from tests.conftest import ApiServer
 from tests.support import ingest_file, key_url
+from tests.support.servers import ApiServer
 
 READER, INGESTER = "lean-reader-key", "lean-ingest-key"
 KEYS = {READER: ["read"], INGESTER: ["ingest"]}

@@ -27,8 +27,8 @@ from serving.api.metrics import EVENTS_INGESTED, route_template
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
 from shared_logic.registry import load_pipeline
-from tests.conftest import ApiServer
 from tests.support import free_port
+from tests.support.servers import ApiServer
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"
 

@@ -21,9 +21,9 @@ import pytest
 
 from deploy.settings import Settings
 from tests import oracle
-from tests.conftest import ApiServer
 from tests.serving.test_api import Published, publish, value_problems
 from tests.support import key_url
+from tests.support.servers import ApiServer
 
 KEY = "test-admin-key"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -34,8 +34,8 @@ from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import run_batch
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.conftest import RedisServer
-from tests.speed_layer.conftest import (
+from tests.support.servers import RedisServer
+from tests.support.speed import (
     VersionedReader,
     assert_exact,
     processed_version,

@@ -21,8 +21,8 @@ import redis
 
 from batch_layer.recompute.job import run_batch
 from deploy.redis_cluster import LocalRedisCluster
-from tests.speed_layer.conftest import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
 from tests.speed_layer.test_exactness import READ_ITEMS, _ingest_some, _master
+from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
 

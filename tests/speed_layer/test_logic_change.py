@@ -30,9 +30,9 @@ from shared_logic.measures import Count
 from shared_logic.pipeline import Pipeline
 from shared_logic.pipelines.wordcount import Line
 from shared_logic.views import View
-from tests.conftest import ApiServer
 from tests.oracle import words
-from tests.speed_layer.conftest import processed_version, running_speed_layer
+from tests.support.servers import ApiServer
+from tests.support.speed import processed_version, running_speed_layer
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from speed_layer.job import SpeedLayer
 from speed_layer.runner import run_speed_layer
-from tests.speed_layer.conftest import running_speed_layer, wait_caught_up
+from tests.support.speed import running_speed_layer, wait_caught_up
 
 
 def test_a_failing_speed_layer_records_its_error_and_a_micro_batch_clears_it(

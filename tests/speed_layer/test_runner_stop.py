@@ -16,7 +16,7 @@ from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
 from shared_logic import load_pipeline
 from speed_layer.runner import _stop_after_trigger
-from tests.speed_layer.conftest import running_speed_layer, wait_caught_up
+from tests.support.speed import running_speed_layer, wait_caught_up
 
 
 def test_a_query_behind_stops_after_the_micro_batch_in_flight(spark: SparkSession, tmp_path: Path) -> None:

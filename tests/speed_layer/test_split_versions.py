@@ -26,7 +26,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.speed_layer.conftest import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
+from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
 

@@ -159,7 +159,7 @@ def test_metrics_show_the_failing_part(api: Callable[..., Any], make_settings: C
 @pytest.mark.slow
 def test_console_shows_the_failing_speed_layer(browser: Any, api: Callable[..., Any],
                                                make_settings: Callable[..., Settings], redis_url: str) -> None:
-    from tests.browser import load
+    from tests.support.browser import load
 
     with platform(make_settings, redis_url, versions=4, generation=3) as (r, keys, health), api() as server:
         beat(r, keys, processed=3, batch_id=5)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-import pytest
 from deltalake import DeltaTable
 
 from deploy.settings import Settings
@@ -172,8 +171,3 @@ class VersionedReader:
             want = oracles[version][view].get((key, window_start))
             assert want is not None and answer_matches(body, want), (view, key, window_start, body, want)
         return len(self.answers)
-
-
-@pytest.fixture
-def exactness() -> Callable[..., int]:
-    return assert_exact

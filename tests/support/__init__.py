@@ -33,7 +33,7 @@ CLI = (sys.executable, "-m", "deploy.cli")
 
 #: A user's own pipeline module, as a user writes it: the project's example (clicks counted and summed per
 #: site section), written by tests into a folder outside the project.
-CLICKS_PIPELINE = (Path(__file__).resolve().parents[1] / "deploy" / "pipelines" / "clicks.py").read_text()
+CLICKS_PIPELINE = (Path(__file__).resolve().parents[2] / "deploy" / "pipelines" / "clicks.py").read_text()
 
 
 def free_port() -> int:
