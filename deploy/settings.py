@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlparse
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from deploy import setting_checks as check
 from deploy.errors import ConfigError
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 LOCAL_API_KEY_FILE = "local_api_key"
 #: The scopes of the local API key: everything (it never leaves the machine's data dir).
 LOCAL_API_KEY_SCOPES = ("read", "ingest", "admin")
@@ -37,7 +35,8 @@ class Settings(BaseSettings):
     ``for_pipeline(name)`` is the configuration of one of them.
     """
 
-    model_config = SettingsConfigDict(env_prefix="LAMBDA_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a ValidationError's text never carries the values (secrets among them).
+    model_config = SettingsConfigDict(env_prefix="LAMBDA_", extra="ignore", frozen=True, hide_input_in_errors=True)
 
     data_dir: Path = Field(Path("./data"), description="Local state folder: locks, the local API key, logs, the "
                                                         "embedded Redis, the speed checkpoint; the Delta tables too "
@@ -94,8 +93,10 @@ class Settings(BaseSettings):
         "written to Redis by the speed layer's driver, not by Spark tasks: one Spark job instead of two, about half "
         "the time of a small micro-batch (fresher answers). 0: every micro-batch goes through the tasks."
     )
-    api_keys: dict[str, list[Literal["read", "ingest", "admin"]]] | None = Field(
-        None, description='API keys and their scopes, as JSON: {"key": ["read", "ingest", "admin"]}.'
+    # Decoded and checked by _check_api_keys (NoDecode): its errors name a key by position, never by itself.
+    api_keys: Annotated[dict[str, list[Literal["read", "ingest", "admin"]]] | None, NoDecode] = Field(
+        None, repr=False, description='API keys and their scopes, as JSON: {"key": ["read", "ingest", "admin"]}; '
+        f"each key at least {check.MIN_API_KEY_LENGTH} characters."
     )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
     ingest_group_commit_ms: float = Field(
@@ -104,7 +105,7 @@ class Settings(BaseSettings):
     batch_schedule: str | None = Field(
         None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or a cron expression."
     )
-    batch_schedules: dict[str, str] = Field(
+    batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description='Per-pipeline schedules as JSON, {"payments": "15m"}; the others use '
         "LAMBDA_BATCH_SCHEDULE."
     )
@@ -147,26 +148,26 @@ class Settings(BaseSettings):
     spark_event_log_dir: str | None = Field(
         None, description="Write Spark event logs here for the history server (a folder, created, or a URI)."
     )
-    spark_conf: dict[str, str | int | float | bool] = Field(
+    spark_conf: Annotated[dict[str, str | int | float | bool], NoDecode] = Field(
         default_factory=dict, description='Extra Spark settings as JSON, applied last: {"spark.cores.max": 2}.'
     )
 
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str | None) -> str | None:
-        if value is None or value == "":
-            return None
-        scheme = urlparse(value).scheme
-        if scheme not in _REDIS_SCHEMES:
-            raise ValueError(f"must start with one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}, got {value!r}")
-        if scheme == "redis+cluster":  # the node list and bucket count, checked before anything connects
-            from serving.store.connection import check_cluster_url
-            from serving.store.errors import StoreError
+        return check.redis_url(value)
 
-            try:
-                check_cluster_url(value)
-            except StoreError as e:
-                raise ValueError(str(e)) from e
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _check_api_keys(cls, value: object) -> object:
+        return check.api_keys(value)
+
+    @field_validator("batch_schedules", "spark_conf", mode="before")
+    @classmethod
+    def _decode_json_object(cls, value: object, info: ValidationInfo) -> object:
+        example = '{"payments": "15m"}' if info.field_name == "batch_schedules" else '{"spark.cores.max": 2}'
+        if isinstance(value, str):
+            return check.json_object(value, example) if value.strip() else {}
         return value
 
     @field_validator("batch_schedule")
@@ -231,28 +232,17 @@ class Settings(BaseSettings):
     @field_validator("tables_uri")
     @classmethod
     def _check_tables_uri(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        scheme = urlparse(value).scheme
-        if scheme not in ("", "file", "s3", "s3a") and len(scheme) > 1:
-            raise ValueError(f"must be a local folder, file:///PATH or s3://BUCKET/PREFIX, got {value!r}")
-        if scheme in ("s3", "s3a") and not urlparse(value).netloc:
-            raise ValueError(f"names no bucket: use s3://BUCKET/PREFIX, got {value!r}")
-        return value
+        return check.tables_uri(value)
 
     @field_validator("s3_endpoint_url")
     @classmethod
     def _check_endpoint(cls, value: str | None) -> str | None:
-        if value and urlparse(value).scheme not in ("http", "https"):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
-        return value or None
+        return check.http_url(value)
 
     @field_validator("spark_master")
     @classmethod
     def _check_spark_master(cls, value: str) -> str:
-        if not value.startswith(("local", "spark://", "yarn", "k8s://", "mesos://")):
-            raise ValueError(f"is not a Spark master URL (local[*], spark://host:7077, yarn, k8s://...): {value!r}")
-        return value
+        return check.spark_master(value)
 
     @property
     def tables_root(self) -> str:
@@ -352,8 +342,10 @@ def load_settings(**overrides: object) -> Settings:
         # Overrides are validated by pydantic at run time, like the environment; mypy cannot type **kwargs.
         settings = Settings(_env_file=env_file, **overrides)  # type: ignore[call-arg, arg-type]
     except ValidationError as e:
-        problems = "; ".join(_problem(err) for err in e.errors())
-        raise ConfigError(f"invalid settings: {problems}") from e
+        problems = "; ".join(check.problem(err) for err in e.errors())
+        # from None: the validation error's own text names the place of each problem, which for a dict
+        # setting is its key: an API key itself. The message above says all there is to say.
+        raise ConfigError(f"invalid settings: {problems}") from None
     for name in settings.pipeline_names:
         try:
             load_pipeline(name)
@@ -361,13 +353,6 @@ def load_settings(**overrides: object) -> Settings:
             variable = "LAMBDA_PIPELINES" if settings.pipelines else "LAMBDA_PIPELINE"
             raise ConfigError(f"invalid settings: {variable}: {e}") from e
     return settings
-
-
-def _problem(error: Mapping[str, Any]) -> str:
-    """One validation error as ``LAMBDA_NAME: what is wrong`` (a check of several settings names them itself)."""
-    message = str(error["msg"]).removeprefix("Value error, ")
-    name = "_".join(str(part) for part in error["loc"]).upper()
-    return f"LAMBDA_{name}: {message}" if name else message
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,123 @@
+"""Checks of single setting values, and the wording of a bad setting's message (``deploy.settings``).
+
+Guarantee: no message built here contains a secret. A problem inside a secret setting
+(``SECRET_SETTINGS``; the API keys are the names of LAMBDA_API_KEYS' object) is placed by position,
+never by its key; a URL is shown with its password masked; JSON that does not parse is described by
+the fault and its position, never quoted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+SCOPES = ("read", "ingest", "admin")
+#: The shortest API key accepted: a key is a password, sent with every request.
+MIN_API_KEY_LENGTH = 16
+#: Settings holding secrets: a problem with one is reported by its variable and a position, never
+#: with any part of its value.
+SECRET_SETTINGS = frozenset({"api_keys", "s3_secret_access_key"})
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+
+
+def problem(error: Mapping[str, Any]) -> str:
+    """One pydantic validation error as ``LAMBDA_NAME: what is wrong`` (a check of several settings names
+    them itself). A place inside a setting (a dict's key, a list's item) follows the variable's name,
+    except in a secret setting: there it is left out, since the key may be the secret."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    field, *inside = error["loc"] or ("",)
+    if not field:
+        return message
+    place = "" if field in SECRET_SETTINGS or not inside else " ".join(
+        f"item #{part + 1}" if isinstance(part, int) else repr(part) for part in inside) + ": "
+    return f"LAMBDA_{str(field).upper()}: {place}{message}"
+
+
+def json_object(value: object, example: str) -> object:
+    """``value`` decoded from JSON if it is text, and a dict; ValueError naming the fault (never quoting the text)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"is not valid JSON ({e.msg} at character {e.pos}); expected an object, {example}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a JSON object, {example}")
+    return value
+
+
+def api_keys(value: object) -> object:
+    """LAMBDA_API_KEYS decoded and checked: each key at least ``MIN_API_KEY_LENGTH`` characters, its scopes a
+    list of ``SCOPES``. ValueError lists every fault by the key's position (#1 is the first written)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    keys = json_object(value, '{"<key>": ["read", "ingest", "admin"]}')
+    assert isinstance(keys, dict)
+    scopes_named = ", ".join(map(repr, SCOPES))
+    faults = []
+    for number, (key, scopes) in enumerate(keys.items(), 1):
+        if not isinstance(key, str) or len(key) < MIN_API_KEY_LENGTH:
+            faults.append(f"key #{number} is shorter than {MIN_API_KEY_LENGTH} characters, the minimum for an API "
+                          "key (make one with `python -c 'import secrets; print(secrets.token_urlsafe(24))'`)")
+        if not isinstance(scopes, list):
+            faults.append(f"the scopes of key #{number} must be a JSON list of {scopes_named}")
+            continue
+        faults += [f"scope #{index} of key #{number} is not one of {scopes_named}"
+                   for index, scope in enumerate(scopes, 1) if scope not in SCOPES]
+    if faults:
+        raise ValueError(f"{'; '.join(faults)} (keys are numbered in the order written)")
+    return keys
+
+
+def shown(url: str) -> str:
+    """``url`` as a message may show it: a password in it replaced by ``***``."""
+    scheme, slash, rest = url.partition("//")
+    userinfo, at, host = rest.partition("@")
+    if not slash or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}//{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def redis_url(value: str | None) -> str | None:
+    """A Redis URL of a known scheme (a cluster's node list and bucket count checked), or None."""
+    if not value:
+        return None
+    scheme = urlparse(value).scheme
+    if scheme not in _REDIS_SCHEMES:
+        raise ValueError(f"must start with one of {', '.join(s + '://' for s in _REDIS_SCHEMES)}, got {shown(value)!r}")
+    if scheme == "redis+cluster":  # the node list and bucket count, checked before anything connects
+        from serving.store.connection import check_cluster_url
+        from serving.store.errors import StoreError
+
+        try:
+            check_cluster_url(value)
+        except StoreError as e:
+            raise ValueError(str(e)) from e
+    return value
+
+
+def tables_uri(value: str | None) -> str | None:
+    """A local folder, ``file://`` or ``s3://BUCKET/...`` URI, or None."""
+    if not value:
+        return None
+    scheme = urlparse(value).scheme
+    if scheme not in ("", "file", "s3", "s3a") and len(scheme) > 1:
+        raise ValueError(f"must be a local folder, file:///PATH or s3://BUCKET/PREFIX, got {shown(value)!r}")
+    if scheme in ("s3", "s3a") and not urlparse(value).netloc:
+        raise ValueError(f"names no bucket: use s3://BUCKET/PREFIX, got {shown(value)!r}")
+    return value
+
+
+def http_url(value: str | None) -> str | None:
+    """An ``http://`` or ``https://`` URL, or None."""
+    if value and urlparse(value).scheme not in ("http", "https"):
+        raise ValueError(f"must be an http:// or https:// URL, got {shown(value)!r}")
+    return value or None
+
+
+def spark_master(value: str) -> str:
+    """A Spark master URL: local[...], spark://, yarn, k8s:// or mesos://."""
+    if not value.startswith(("local", "spark://", "yarn", "k8s://", "mesos://")):
+        raise ValueError(f"is not a Spark master URL (local[*], spark://host:7077, yarn, k8s://...): {shown(value)!r}")
+    return value
