@@ -25,7 +25,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -35,9 +37,12 @@ from deploy.code_watch import EXIT_CODE_CHANGED, CodeWatch
 from deploy.console import configure_logging, console, out, progress
 from deploy.errors import ApiError, DeployError
 from deploy.settings import Settings, load_settings, private_dir, with_api_keys
-from deploy.signals import stop_on_signals
+from deploy.signals import Terminated, stop_on_signals, unwind_on_signals
 from deploy.view_commands import add_view_commands
 from shared_logic.errors import SharedLogicError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("lambda_platform")
 
@@ -58,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, help="folder for Delta tables, Redis data, logs (LAMBDA_DATA_DIR)")
     parser.add_argument("--pipeline", help="built-in pipeline name or dotted module path (LAMBDA_PIPELINE)")
     parser.add_argument("--redis-url", help="Redis URL; unset: embedded Redis (LAMBDA_REDIS_URL)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logging, and Spark's own (JVM) log lines on stderr too; without it they go "
+                             "only to DATA_DIR/logs/<part>.log")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ingest = sub.add_parser(
@@ -146,10 +153,21 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-def _redis_url(settings: Settings) -> str:
-    from deploy.redis_server import resolve_redis_url
+def _spark(settings: Settings, args: argparse.Namespace, app_name: str, part: str) -> SparkSession:
+    """Spark for this command; the JVM's output goes to ``DATA_DIR/logs/<part>.log`` (the file `up` gives that
+    part), and to stderr too only with ``--verbose``."""
+    from deploy.spark import build_spark
 
-    return resolve_redis_url(settings.redis_url, settings.data_dir)
+    log_file = settings.data_dir.resolve() / "logs" / f"{part}.log"
+    return build_spark(settings, app_name, log_file=log_file, echo=args.verbose)
+
+
+def _redis(settings: Settings) -> AbstractContextManager[str]:
+    """LAMBDA_REDIS_URL, or the embedded Redis for the block: started unless it runs, stopped after the
+    block however it ends (Ctrl-C and SIGTERM too) unless another command still uses it."""
+    from deploy.redis_server import redis_for
+
+    return redis_for(settings.redis_url, settings.data_dir)
 
 
 def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
@@ -162,9 +180,7 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     # delta-spark: files are read, validated and appended by Spark; on object storage delta-rs commits
     # (conditional puts, safe beside the other writers: batch_layer/master/delta_spark.py), so no Spark.
     if settings.storage_engine == "delta-spark" and not settings.tables_on_object_store:
-        from deploy.spark import build_spark
-
-        build_spark(settings, f"lambda-ingest-{settings.pipeline_slug}")
+        _spark(settings, args, f"lambda-ingest-{settings.pipeline_slug}", "ingest")
     bar = BackfillBar()
     try:
         with bar:
@@ -185,13 +201,11 @@ def _cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
 
 def _cmd_batch_run(settings: Settings, args: argparse.Namespace) -> int:
     from deploy.scheduler import run_now
-    from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
 
     pipeline = load_pipeline(settings.pipeline)
-    redis_url = _redis_url(settings)
-    with progress(f"batch run of {pipeline.name}"):
-        spark = build_spark(settings, f"lambda-batch-{pipeline.name}")
+    with _redis(settings) as redis_url, progress(f"batch run of {pipeline.name}"):
+        spark = _spark(settings, args, f"lambda-batch-{pipeline.name}", "batch")
         run = run_now(spark, settings, pipeline, redis_url=redis_url)
     if run.status == "skipped":
         console.print(f"[yellow]batch run {run.id} skipped[/]: {escape(run.skip_reason or '')}")
@@ -227,7 +241,7 @@ def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
 def _cmd_speed_run(settings: Settings, args: argparse.Namespace) -> int:
     from speed_layer.runner import run_speed_layer
 
-    return _run_per_pipeline(settings, "speed", "speed layer", run_speed_layer)
+    return _run_per_pipeline(settings, args, "speed", "speed layer", run_speed_layer)
 
 
 def _serve(settings: Settings, redis_url: str) -> None:
@@ -244,7 +258,8 @@ def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if key is not None:
         log.info("API key: the local key in %s (scopes read, ingest, admin); LAMBDA_API_KEYS overrides it",
                  settings.local_api_key_path)
-    _serve(settings, _redis_url(settings))
+    with _redis(settings) as redis_url:
+        _serve(settings, redis_url)
     return EXIT_OK
 
 
@@ -253,21 +268,21 @@ def _cmd_batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
 
     for name in settings.pipeline_names:  # a bad schedule stops here, before Spark starts
         parse_schedule(settings.for_pipeline(name).batch_schedule)
-    return _run_per_pipeline(settings, "scheduler", "batch scheduler", run_scheduler)
+    return _run_per_pipeline(settings, args, "scheduler", "batch scheduler", run_scheduler)
 
 
-def _run_per_pipeline(settings: Settings, role: str, what: str, loop: Callable[..., None]) -> int:
+def _run_per_pipeline(settings: Settings, args: argparse.Namespace, role: str, what: str,
+                      loop: Callable[..., None]) -> int:
     """Run ``loop(spark, settings, pipeline, redis_url=, stop=)`` for every pipeline, in one Spark
     application, until a signal or a change of a pipeline's code stops them (``deploy.workers``)."""
-    from deploy.spark import build_spark
     from deploy.workers import application_name, run_per_pipeline
 
-    redis_url = _redis_url(settings)
-    spark = build_spark(settings, application_name(role, settings))
-    stop = stop_on_signals()
-    watch = _watch_code(settings, stop)
-    run_per_pipeline(settings, lambda own, pipeline, stop: loop(
-        spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what=what)
+    with _redis(settings) as redis_url:
+        spark = _spark(settings, args, application_name(role, settings), role)
+        stop = stop_on_signals()
+        watch = _watch_code(settings, stop)
+        run_per_pipeline(settings, lambda own, pipeline, stop: loop(
+            spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what=what)
     return _stopped(what, watch)
 
 
@@ -336,6 +351,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     command = _command(args)
     one_shot = command in _ONE_SHOT
     configure_logging(verbose=args.verbose, one_shot=one_shot)
+    unwind_on_signals()  # SIGTERM unwinds like Ctrl-C: the cleanups on the way out run
     handler: Callable[[Settings, argparse.Namespace], int] = args.handler
     try:
         settings = _settings(args)
@@ -355,6 +371,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted")
         return 130
+    except Terminated:
+        console.print("terminated")
+        return 143
     except Exception as e:
         if args.verbose or not one_shot:
             log.exception("%s failed", command)

@@ -12,6 +12,7 @@ Delta tables, the Redis AOF and the streaming checkpoint are all under it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,10 +26,10 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from batch_layer.master.dataset import MasterDataset, dump_jsonl
-from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, wait_for_redis
+from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, redis_user, wait_for_redis
 from deploy.samples import SAMPLES, sample_events
 from deploy.settings import Settings, private_dir, with_api_keys
-from deploy.signals import stop_on_signals
+from deploy.signals import signals_held, stop_on_signals
 from deploy.supervisor import Child, Supervisor
 from serving.store.connection import redis_client
 from serving.store.generations import served_generation
@@ -71,7 +72,11 @@ def command_hint() -> str:
 
 
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
-    """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status."""
+    """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status.
+
+    However it ends (stopped, a failed first recompute, Ctrl-C or SIGTERM while starting), every
+    child it started is stopped, and the line saying so names exactly those.
+    """
     # Before any child starts: refuse an event model a master dataset cannot follow (SchemaChangeError,
     # nothing written), or add a new optional field's column once, here, rather than in each child.
     masters = {name: MasterDataset.open(settings.for_pipeline(name), load_pipeline(name))
@@ -84,7 +89,32 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
     supervisor = Supervisor([])
     redis_url = settings.redis_url or embedded_redis_url(settings.redis_dir)
     env = _env(settings, redis_url)
+    with contextlib.ExitStack() as held:
+        if not settings.redis_url:  # one of the embedded Redis's users: no other command stops it under us
+            held.enter_context(redis_user(settings.redis_dir))
+        try:
+            if not _start(supervisor, settings, masters, redis_url, env, logs, console,
+                          generate_traffic=generate_traffic):
+                return 1
+            default = masters[settings.pipeline_names[0]]
+            _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url,
+                    empty=not default.holds_data())
+            stop = stop_on_signals()
+            while not stop.is_set():
+                supervisor.watch_once()
+                stop.wait(0.5)
+        finally:
+            if supervisor.children:
+                console.print(f"stopping: {stopping(supervisor.children)}")
+            with signals_held():  # a second Ctrl-C cannot leave children behind
+                supervisor.stop()
+    return 0
 
+
+def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, MasterDataset], redis_url: str,
+           env: dict[str, str], logs: Path, console: Console, *, generate_traffic: bool) -> bool:
+    """Start Redis (embedded, unless running or configured), the first recomputes, then the other parts;
+    False when a first recompute failed."""
     if not settings.redis_url and not ping(redis_url):
         private_dir(settings.redis_dir)
         redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log",
@@ -97,8 +127,7 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         if not master.holds_data():
             _fresh_master(master, console)
         if not _first_recompute(name, master, redis_url, env, logs, console):
-            supervisor.stop()
-            return 1
+            return False
 
     parts = [("api", ["serve"]), ("speed", ["speed", "run"]), ("scheduler", ["batch", "schedule"])]
     if generate_traffic:
@@ -109,16 +138,21 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         child = Child(name, [*_CLI, *args], env, logs / f"{name}.log")
         supervisor.children.append(child)
         child.start()
+    return True
 
-    default = masters[settings.pipeline_names[0]]
-    _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url, empty=not default.holds_data())
-    stop = stop_on_signals()
-    while not stop.is_set():
-        supervisor.watch_once()
-        stop.wait(0.5)
-    console.print("stopping: generator, scheduler, speed layer (after its micro-batch), API, Redis")
-    supervisor.stop()
-    return 0
+
+#: How the stop line names each part (a child's name, or its prefix before ``-<pipeline>``).
+_STOPPING = {"generator": "generator", "scheduler": "scheduler", "speed": "speed layer (after its micro-batch)",
+             "api": "API", "redis": "Redis"}
+
+
+def stopping(children: list[Child]) -> str:
+    """The parts ``children`` are, in the order ``Supervisor.stop`` stops them: the others, last started
+    first, then the ``stop_last`` ones (Redis)."""
+    order = [c for c in reversed(children) if not c.stop_last] + [c for c in reversed(children) if c.stop_last]
+    names = [_STOPPING.get(c.name, _STOPPING.get(c.name.split("-")[0], c.name)) for c in order]
+    several = {name for name in names if names.count(name) > 1}
+    return ", ".join(dict.fromkeys(f"{name}s" if name in several else name for name in names))
 
 
 def _first_recompute(name: str, master: MasterDataset, redis_url: str, env: dict[str, str], logs: Path,

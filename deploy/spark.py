@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from deploy.console import console
+from deploy.settings import private_dir
 from deploy.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
+from deploy.signals import signals_held
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,8 +61,14 @@ def _bound_memory(builder: SparkSession.Builder) -> SparkSession.Builder:
 # --- end of memory settings ---
 
 
-def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bool = False) -> SparkSession:
+def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bool = False,
+                log_file: Path | None = None, echo: bool = True) -> SparkSession:
     """A SparkSession for ``settings``: UTC, parquet timestamps as micros, workers on the executor Python.
+
+    ``log_file``: everything the JVM this starts prints (log4j's WARN lines, the JVM's own warnings,
+    local Python workers' output) is appended to that file (0600), and shown on stderr only when
+    ``echo``; if the JVM does not start, its last lines are shown whatever ``echo`` says. Unset:
+    the JVM prints on this process's stderr. A JVM already running in this process is kept as it is.
 
     Python workers run ``LAMBDA_SPARK_EXECUTOR_PYTHON`` (default: the driver's interpreter), which
     must be the driver's major.minor version (ExecutorPythonError otherwise). On a cluster the
@@ -92,10 +103,60 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     builder = _bound_memory(builder)  # before any operator-given settings, so those win
     for key, value in {**_cluster_conf(settings), **_operator_conf(settings, ui=ui), **settings.spark_conf}.items():
         builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
+    if log_file is not None:
+        _start_jvm(builder, log_file, echo=echo)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark
+
+
+# --- the JVM's output: a log file, and stderr only on request ------------------------------------
+def _start_jvm(builder: SparkSession.Builder, log_file: Path, *, echo: bool) -> None:
+    """Start this process's Spark JVM with the builder's settings (as ``getOrCreate`` would), its stdout
+    and stderr copied line by line to ``log_file`` and, when ``echo``, to stderr. No-op if it runs."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False)
+    for key, value in builder._options.items():
+        conf.set(key, str(value))
+    private_dir(log_file.parent)
+    read, write = os.pipe()
+    recent: deque[bytes] = deque(maxlen=40)
+    copier = threading.Thread(target=_copy_lines, args=(read, log_file, echo, recent), name="spark-jvm-output",
+                              daemon=True)
+    copier.start()
+    try:
+        # Ctrl-C or SIGTERM while the JVM starts take effect once it has: interrupted, PySpark deletes the
+        # folder the JVM writes its port to, and the JVM, failing to, would stay up forever.
+        try:
+            with signals_held():
+                gateway = launch_gateway(conf, popen_kwargs={"stdout": write, "stderr": write})
+        finally:
+            os.close(write)  # the JVM holds its own copy
+    except Exception:  # it did not start (no Java, say): what it said is the explanation
+        copier.join(5)
+        if not echo:
+            for line in list(recent):
+                console.out(line.decode(errors="replace").rstrip("\n"), highlight=False)
+        raise
+    SparkContext._ensure_initialized(gateway=gateway)
+    log.info("Spark's own log: %s%s", log_file, "" if echo else " (-v shows it here too)")
+
+
+def _copy_lines(read: int, log_file: Path, echo: bool, recent: deque[bytes]) -> None:
+    """Append each line read from ``read`` to ``log_file`` (and stderr when ``echo``) until the writers close."""
+    with os.fdopen(read, "rb") as source, \
+            os.fdopen(os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as sink:
+        for line in source:
+            sink.write(line)
+            sink.flush()
+            recent.append(line)
+            if echo:
+                console.out(line.decode(errors="replace").rstrip("\n"), highlight=False)
 
 
 # --- code on the executors (deploy/shipping.py) ---------------------------------------------------
