@@ -73,7 +73,7 @@ from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from shared_logic.registry import load_pipeline
 
-API_KEY = "benchkey"
+API_KEY = "benchkey-0123456789"
 PIPELINE = "payments"
 
 

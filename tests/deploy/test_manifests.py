@@ -67,7 +67,7 @@ def _compose() -> dict[str, Any]:
 def _concrete(value: object) -> str:
     """A compose value with ${VAR:-default} replaced by its default (and ${VAR:?error} by a sample)."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    return _COMPOSE_DEFAULT.sub(lambda m: m.group(2) if m.group(2) is not None else '{"k": ["read"]}', text)
+    return _COMPOSE_DEFAULT.sub(lambda m: m.group(2) if m.group(2) is not None else '{"sample-key-0123456789": ["read"]}', text)
 
 
 def test_compose_services_run_real_commands_with_real_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +93,7 @@ def test_compose_health_checks_and_references() -> None:
     services = compose["services"]
     api = services["api"]
     port = api["command"][api["command"].index("--port") + 1]
-    assert any(f"127.0.0.1:{port}/readyz" in part for part in api["healthcheck"]["test"])
+    assert any(f"127.0.0.1:{port}/readyz?serving_only=true" in part for part in api["healthcheck"]["test"])
     assert any("redis-cli" in part for part in services["redis"]["healthcheck"]["test"])
     for name in ("speed", "scheduler"):
         assert any(":4040/api/v1/applications" in part for part in services[name]["healthcheck"]["test"])
@@ -170,7 +170,7 @@ def test_kubernetes_api_probes_and_references() -> None:
     port = int(api["command"][api["command"].index("--port") + 1])
     named = {p["name"]: p["containerPort"] for p in api["ports"]}
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz?serving_only=true"
     for probe in ("livenessProbe", "readinessProbe"):
         assert named[api[probe]["httpGet"]["port"]] == port, "the probes knock where the API listens"
     claims = set(_by_kind("PersistentVolumeClaim"))

@@ -28,7 +28,7 @@ from tests.support.speed import assert_exact, wait_caught_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
-KEY = "test-admin-key"
+KEY = "test-admin-key-0001"
 
 
 def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:

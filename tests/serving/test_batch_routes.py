@@ -28,7 +28,7 @@ from tests.support import ingest_texts, scheduler_thread
 
 TEXTS = ["the quick brown fox", "the lazy dog", "the fox"]
 #: Starting runs takes the ``admin`` scope; reads are open on loopback (serving.api.auth).
-KEY = "test-admin-key"
+KEY = "test-admin-key-0001"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 KEYS = {KEY: ["admin"]}
 

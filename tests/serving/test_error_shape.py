@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-ADMIN = "shape-admin-key"
+ADMIN = "shape-admin-key-0001"
 ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
 
 

@@ -37,7 +37,7 @@ from shared_logic.registry import load_pipeline
 PIPELINE = "payments"
 NDJSON = {"Content-Type": "application/x-ndjson"}
 #: Ingest needs an API key with scope 'ingest' (serving.api.auth); every server here has this one.
-KEY = "test-ingest-key"
+KEY = "test-ingest-key-0001"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 

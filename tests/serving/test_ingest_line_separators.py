@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from deploy.settings import Settings
 
-KEY = "test-ingest-key"
+KEY = "test-ingest-key-0001"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 #: Everything Python's str.splitlines() splits on besides "\n" (and "\r\n").

@@ -31,7 +31,7 @@ from shared_logic.registry import load_pipeline
 from tests.support import ingest_file, key_url
 from tests.support.servers import ApiServer
 
-READER, INGESTER = "lean-reader-key", "lean-ingest-key"
+READER, INGESTER = "lean-reader-key-0001", "lean-ingest-key-0001"
 KEYS = {READER: ["read"], INGESTER: ["ingest"]}
 HOURLY, ALL_TIME = "spend_by_user_hourly", "spend_by_user"
 #: Headers an answer's meaning depends on (``date`` and ``server`` differ by the second and are left out).

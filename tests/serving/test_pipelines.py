@@ -25,7 +25,7 @@ from tests.serving.test_api import Published, publish, value_problems
 from tests.support import key_url
 from tests.support.servers import ApiServer
 
-KEY = "test-admin-key"
+KEY = "test-admin-key-0001"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 
 

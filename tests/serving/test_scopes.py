@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-KEYS = {"k-read-51c0": ["read"], "k-ingest-9e2d": ["ingest"], "k-admin-07aa": ["admin"],
-        "k-all-c3f1": ["read", "ingest", "admin"]}
-BY_SCOPE = {"read": "k-read-51c0", "ingest": "k-ingest-9e2d", "admin": "k-admin-07aa", "all": "k-all-c3f1",
-            "unknown": "k-nobody-4b8e", "none": None}
+KEYS = {"k-read-51c0-0123456": ["read"], "k-ingest-9e2d-0123456": ["ingest"], "k-admin-07aa-0123456": ["admin"],
+        "k-all-c3f1-0123456": ["read", "ingest", "admin"]}
+BY_SCOPE = {"read": "k-read-51c0-0123456", "ingest": "k-ingest-9e2d-0123456", "admin": "k-admin-07aa-0123456", "all": "k-all-c3f1-0123456",
+            "unknown": "k-nobody-4b8e-0123456", "none": None}
 EVENT = {"user_id": "u", "merchant": "m", "amount": 1.0, "event_time": "2024-03-01T09:00:00Z"}
 
 #: (route class, scope it needs or None, request)
