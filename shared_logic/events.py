@@ -4,10 +4,13 @@ A pipeline declares its events as a pydantic model with flat fields of type str,
 bool or datetime (optionally ``| None``). Validation happens before anything is written: one bad
 event rejects the whole batch, with every problem located by line or index and field.
 
-Besides the model's own rules, every value must fit its master-dataset column: a datetime must
-lie in ``TIME_MIN`` .. ``TIME_MAX`` once converted to UTC (the range of a timestamp in Python,
-Arrow and Spark; a time with a UTC offset, such as ``0001-01-01T00:00:07+13:33``, can fall outside
-it) and an int in the 64-bit signed range. Datetimes are stored in UTC; a naive one is taken as UTC.
+Besides the model's own rules, every value follows the rules of ``shared_logic.event_values``,
+the same on every path (HTTP, file ingest, backfill, Spark ingest): a time is a datetime, ISO 8601
+text or epoch-seconds text (never milliseconds; a JSON number is not a time) and must lie in
+``TIME_MIN`` .. ``TIME_MAX`` once converted to UTC (the range of a timestamp in Python, Arrow and
+Spark; a time with a UTC offset, such as ``0001-01-01T00:00:07+13:33``, can fall outside it); an
+integer, in an int or a float field, is within 64 bits; a JSON object names each key once.
+Datetimes are stored in UTC; a naive one is taken as UTC.
 """
 
 from __future__ import annotations
@@ -20,23 +23,32 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, TypeAdapter, ValidationError, create_model, field_validator
+from pydantic import BaseModel, TypeAdapter, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
 from shared_logic.errors import EventProblem, EventValidationError, PipelineDefinitionError
+from shared_logic.event_values import (
+    INT_MAX,
+    INT_MIN,
+    TIME_MAX,
+    TIME_MIN,
+    TIME_RANGE,
+    as_utc,
+    clip,
+    fit_int,
+    int_range_error,
+    keys_at_most,
+    read_time,
+    repeated_key,
+    repeated_keys_of_array,
+)
+
+__all__ = ["INT_MAX", "INT_MIN", "KIND_COLUMN", "TIME_MAX", "TIME_MIN", "TIME_RANGE", "EventSchema", "as_utc"]
 
 #: Master-dataset column telling event rows from barrier rows (see batch_layer.master.dataset).
 KIND_COLUMN = "_kind"
 
 Clock = Callable[[], datetime]
-
-#: Earliest and latest time an event (or a query) may name, in UTC: the range of a timestamp.
-TIME_MIN = datetime.min.replace(tzinfo=timezone.utc)
-TIME_MAX = datetime.max.replace(tzinfo=timezone.utc)
-#: The allowed range as people read it (in messages and documentation).
-TIME_RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
-#: Range of an int field (an Arrow / Spark 64-bit signed integer column).
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
 
 def _utcnow() -> datetime:
@@ -92,7 +104,8 @@ class EventSchema:
         return pa.schema([*columns, pa.field(KIND_COLUMN, pa.string(), nullable=False)])
 
     def validate(self, events: Sequence[Any], *, source: str = "request", now: Clock = _utcnow) -> pa.Table:
-        """Validate Python dicts (lax: ints become floats, ISO strings become datetimes).
+        """Validate Python dicts (lax: ints become floats, ISO or epoch-seconds strings and numbers of epoch
+        seconds become datetimes).
 
         Returns the events as an Arrow table in master-dataset layout, or raises
         EventValidationError listing every problem by index and field.
@@ -107,24 +120,29 @@ class EventSchema:
         """Validate a JSON array of events strictly, as :meth:`validate_json_lines` does each line.
 
         Problems are located as ``index <i>`` (from 0); a document that is not a well-formed JSON
-        array is one problem at ``index 0``, field ``(event)``.
+        array is one problem at ``index 0``, field ``(event)``. An object that gives a key twice is a
+        problem naming the key.
         """
         try:
             models = self._many.validate_json(body, strict=True)
         except ValidationError as e:
-            raise EventValidationError([_problem(err, lambda i: f"index {i}") for err in e.errors()], source) from e
+            problems = [_problem(err, lambda i: f"index {i}") for err in e.errors()]
+            raise EventValidationError(problems + _repeats_of_array(body), source) from e
+        if keys_at_most(body) != sum(len(m.model_fields_set) for m in models):
+            repeats = _repeats_of_array(body)
+            if repeats:
+                raise EventValidationError(repeats, source)
         return self._to_table(models, now)
 
     def validate_json_lines(
         self, lines: Iterable[tuple[int, str | bytes]], *, source: str, now: Clock = _utcnow
     ) -> pa.Table:
-        """Validate JSON documents, one per line, strictly (no string-to-number coercion).
+        """Validate JSON documents, one per line, strictly (no string-to-number coercion; each key once).
 
         Every line is checked, and every problem is reported with its line number and field;
         on any problem nothing is returned.
         """
-        checks = ((f"line {number}", functools.partial(self._one.validate_json, text, strict=True))
-                  for number, text in lines)
+        checks = ((f"line {number}", functools.partial(self._from_json, text)) for number, text in lines)
         return self._to_table(_each_valid(checks, source), now)
 
     def validate_records(
@@ -133,13 +151,25 @@ class EventSchema:
         """Validate located records (a CSV line's or a Parquet row's values): each is ``(location, values)``,
         ``location`` naming it in problems ("line 7", "row 12"). An absent key is an absent field (its
         default, or a problem when required); unknown keys are problems, as in JSON. ``strict=False``
-        coerces text ("12" -> 12, ISO strings -> datetimes), for sources that only hold text.
+        coerces text ("12" -> 12, ISO or epoch-seconds strings -> datetimes), for sources that only hold text.
 
         Every record is checked and every problem reported; on any problem nothing is returned.
         """
         checks = ((location, functools.partial(self._one.validate_python, values, strict=strict))
                   for location, values in records)
         return self._to_table(_each_valid(checks, source), now)
+
+    def _from_json(self, text: str | bytes) -> BaseModel:
+        """One event from its JSON text, strictly; _Unfit with every problem, a repeated key included."""
+        try:
+            model = self._one.validate_json(text, strict=True)
+        except ValidationError as e:
+            raise _Unfit(_problems(e), repeated_key(text)) from e
+        if keys_at_most(text) != len(model.model_fields_set):
+            repeated = repeated_key(text)
+            if repeated is not None:
+                raise _Unfit([], repeated)
+        return model
 
     def _to_table(self, models: Sequence[BaseModel], now: Clock) -> pa.Table:
         """Arrow table of validated events (datetimes already in UTC, see ``_fitting_columns``). A
@@ -155,19 +185,28 @@ class EventSchema:
 
 
 def _fitting_columns(model: type[BaseModel], fields: dict[str, tuple[type, bool]]) -> type[BaseModel]:
-    """``model`` plus checks that each datetime fits a timestamp column (converted to UTC on the way)
-    and each int a 64-bit column, so such problems are reported with the model's own, located by
-    line or index and field, in the same pass."""
+    """``model`` plus the rules of ``shared_logic.event_values``: each datetime read by the time rule and
+    fitting a timestamp column (converted to UTC on the way), each int and each integer sent for a float
+    within 64 bits, so such problems are reported with the model's own, located by line or index and
+    field, in the same pass."""
     times = [n for n, (kind, _) in fields.items() if kind is datetime]
     ints = [n for n, (kind, _) in fields.items() if kind is int]
+    floats = [n for n, (kind, _) in fields.items() if kind is float]
     validators: dict[str, Any] = {}
     if times:
+        validators["_lambda_read_times"] = field_validator(*times, mode="before")(_read_time)
         validators["_lambda_fit_times"] = field_validator(*times)(_fit_time)
     if ints:
         validators["_lambda_fit_ints"] = field_validator(*ints)(_fit_int)
+    if floats:
+        validators["_lambda_fit_floats"] = field_validator(*floats, mode="before")(_fit_float)
     if not validators:
         return model
     return create_model(model.__name__, __base__=model, __module__=model.__module__, __validators__=validators)
+
+
+def _read_time(cls: type, value: Any, info: ValidationInfo) -> Any:
+    return read_time(value, json_mode=info.mode == "json")
 
 
 def _fit_time(cls: type, value: datetime | None) -> datetime | None:
@@ -184,19 +223,28 @@ def _fit_time(cls: type, value: datetime | None) -> datetime | None:
 
 def _fit_int(cls: type, value: int | None) -> int | None:
     if value is not None and not INT_MIN <= value <= INT_MAX:
-        raise PydanticCustomError("int_range", "{value} is outside the 64-bit integer range {min} to {max}",
-                                  {"value": value, "min": INT_MIN, "max": INT_MAX})
+        raise int_range_error(value, "int")
     return value
 
 
-def as_utc(t: datetime) -> datetime | None:
-    """``t`` in UTC (a naive ``t`` is taken as UTC), or None when that is outside ``TIME_MIN`` .. ``TIME_MAX``."""
-    if t.tzinfo is None:
-        return t.replace(tzinfo=timezone.utc)
-    try:
-        return t.astimezone(timezone.utc)
-    except OverflowError:
-        return None
+def _fit_float(cls: type, value: Any) -> Any:
+    return value if type(value) is float else fit_int(value, "float")
+
+
+class _Unfit(Exception):
+    """One event's problems: (field, message) pairs, and the key its JSON object gives twice (or None)."""
+
+    def __init__(self, problems: list[tuple[str, str]], repeated: str | None) -> None:
+        super().__init__("an event does not fit its model")
+        self.problems = problems + ([] if repeated is None else [(clip(repeated), _REPEATED)])
+
+
+_REPEATED = ("given more than once in one JSON object: each field is sent once (a JSON parser would keep "
+             "only the last value); nothing was written")
+
+
+def _repeats_of_array(body: str | bytes) -> list[EventProblem]:
+    return [EventProblem(f"index {i}", clip(key), _REPEATED) for i, key in repeated_keys_of_array(body)]
 
 
 def _naming(location: str) -> Callable[[int], str]:
@@ -214,15 +262,20 @@ def _each_valid(checks: Iterable[tuple[str, Callable[[], BaseModel]]], source: s
             models.append(check())
         except ValidationError as e:
             problems.extend(_problem(err, _naming(location)) for err in e.errors())
+        except _Unfit as e:
+            problems.extend(EventProblem(location, field, message) for field, message in e.problems)
     if problems:
         raise EventValidationError(problems, source)
     return models
+
+
+def _problems(error: ValidationError) -> list[tuple[str, str]]:
+    return [(p.field, p.message) for p in (_problem(err, _naming("")) for err in error.errors())]
 
 
 def _problem(err: Any, locate: Callable[[int], str]) -> EventProblem:
     loc = list(err["loc"])
     index = loc.pop(0) if loc and isinstance(loc[0], int) else 0
     where = locate(index)
-    field = ".".join(str(p) for p in loc) or "(event)"
+    field = clip(".".join(str(p) for p in loc)) or "(event)"
     return EventProblem(where, field, err["msg"])
-

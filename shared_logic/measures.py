@@ -4,6 +4,13 @@ Every measure has an identity and an associative, commutative ``combine``, so a 
 over a snapshot (batch) combined with a value computed over the versions after it (speed) is the
 value over everything, whatever the split. Averages and ratios are never stored: they are
 ``Derived`` values computed at query time from monoid parts.
+
+**Zero has one sign.** IEEE 754's ``-0.0`` equals ``0.0``, so a minimum or maximum keeps whichever
+zero it met first: Spark's aggregate in either layer, the speed layer's fold and the merge at query
+time each met them in their own order. ``combine`` reads a zero as ``0.0`` (``unsigned_zero``), and
+every answer's value is made by ``combine`` (a part alone too: it is combined with the identity),
+so a minimum or maximum of zero is ``0.0`` in every answer, whichever part held the zeros. Sums are
+``0.0`` already (IEEE: ``-0.0 + 0 == 0.0``).
 """
 
 from __future__ import annotations
@@ -14,6 +21,11 @@ from typing import Any, ClassVar
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+
+
+def unsigned_zero(value: Any) -> Any:
+    """``value``, with ``-0.0`` read as ``0.0`` (anything else unchanged, ``None`` included)."""
+    return abs(value) if value == 0 else value
 
 
 @dataclass(frozen=True)
@@ -74,7 +86,8 @@ class Sum(Measure):
         return F.coalesce(F.sum(self._input()), F.lit(0)).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
-        return (a or 0) + (b or 0)
+        # not ``a or 0``: a part of 0.0 stays a float (a sum over a float column answers 0.0, not 0)
+        return (0 if a is None else a) + (0 if b is None else b)
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,7 @@ class Min(Measure):
         return F.min(self._input()).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
-        return b if a is None else a if b is None else min(a, b)
+        return unsigned_zero(b if a is None else a if b is None else min(a, b))
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ class Max(Measure):
         return F.max(self._input()).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
-        return b if a is None else a if b is None else max(a, b)
+        return unsigned_zero(b if a is None else a if b is None else max(a, b))
 
 
 @dataclass(frozen=True)

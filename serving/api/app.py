@@ -30,6 +30,7 @@ from serving.api.routes import batch, events, health, views
 from serving.api.view_reader import ServingStore
 from serving.store.runs import RunRegistry
 from shared_logic.errors import SharedLogicError, UnknownNameError
+from shared_logic.event_values import ECHO_LIMIT, clip, echo
 from shared_logic.registry import load_pipeline
 
 if TYPE_CHECKING:
@@ -61,7 +62,9 @@ lie in that range too. Out of range or malformed: 422 naming the parameter.
 
 **Errors** are JSON `{"error": <class>, "detail": <what is wrong and what to do>}`, for every
 status, including malformed parameters (422, naming each parameter) and malformed JSON bodies
-(400). `OPTIONS` on any route answers 204 with `Allow`; a method a route does not take, 405 with
+(400). A detail quotes at most 100 characters of a value sent (cut ones end with "…"). A key, a
+`prefix` or a key column filter is at most 2048 characters, a cursor at most 16384, a time at most
+64 (422 above); the server reads URLs up to 65535 bytes. `OPTIONS` on any route answers 204 with `Allow`; a method a route does not take, 405 with
 `Allow`.
 
 **Several pipelines.** A deployment may run several pipelines (`GET /v1/pipelines` lists them).
@@ -91,8 +94,8 @@ def _problem(error: dict) -> str:
         where = f"{_PLACES.get(place, place)} {name!r}"
     message = error.get("msg", "is invalid")
     if place != "body" and error.get("type") not in ("missing", "time") and "input" in error:
-        shown = repr(error["input"])
-        message += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+        sent = error["input"]
+        message += f" (got {echo(sent) if isinstance(sent, str) else clip(repr(sent))})"
     return f"{where}: {message}"
 
 
@@ -159,12 +162,14 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:  # Allow: every method of the path, not only the first route's
             allowed = allowed_methods(request.app, request.scope)
             headers["Allow"] = ", ".join(allowed)
-            detail = f"{request.method} is not a method of {request.url.path}; use one of {', '.join(allowed)}"
+            detail = f"{request.method} is not a method of {clip(request.url.path)}; use one of {', '.join(allowed)}"
         return JSONResponse(status_code=exc.status_code, content={"error": name, "detail": detail},
                             headers=headers or None)
 
     @app.exception_handler(UnknownNameError)
     async def _unknown(_: Request, exc: UnknownNameError) -> JSONResponse:
+        if len(exc.name) > ECHO_LIMIT:  # the name as sent, cut (the known names are the server's own)
+            exc = UnknownNameError(exc.kind, clip(exc.name), exc.known, owner=exc.owner)
         return _error(404, exc)
 
     @app.exception_handler(SharedLogicError)
@@ -176,7 +181,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # Starlette logs the exception with its traceback after this answer; the client gets the same shape.
         return JSONResponse(status_code=500, content={
             "error": "InternalServerError",
-            "detail": f"{request.method} {request.url.path} failed unexpectedly ({type(exc).__name__}); "
+            "detail": f"{request.method} {clip(request.url.path)} failed unexpectedly ({type(exc).__name__}); "
                       "the server log has the details",
         })
 

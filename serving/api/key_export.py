@@ -10,7 +10,12 @@ end (the chunked body is cut), so a client never takes a partial export for a wh
 
 * CSV: a header row (the key columns, ``window_start`` for windowed views, then the measures and
   derived values), one row per (key, window); window starts in ISO 8601, empty cells for nulls.
-* NDJSON: one JSON object per line, each a ``KeyEntry`` as a page lists it.
+* NDJSON: one JSON object per line, each a ``KeyEntry`` as a page lists it, in UTF-8 with every
+  character as is except U+0085, U+2028 and U+2029, written as JSON escapes (``\u2028``): JSON
+  allows them raw, but a reader that splits lines on every Unicode line break (Python's
+  ``str.splitlines``) would cut a row in two. So the only line breaks in the stream are the ``\n``
+  ending each row. (CSV has no escapes: a cell holds such characters as they are, quoted only
+  when it holds a comma, a quote or ``\r``/``\n``; read CSV with a CSV reader.)
 """
 
 from __future__ import annotations
@@ -58,6 +63,19 @@ def csv_row(listing: Listing, entry: KeyEntry) -> list[Any]:
     return [*decode_key(entry.key, len(view.keys)), *window, *(_cell(entry.value.get(n)) for n in names)]
 
 
+#: Unicode line breaks JSON leaves raw (control characters below U+0020 are escaped already), as JSON escapes.
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def ndjson_lines(entries: list[KeyEntry]) -> str:
+    """``entries`` as NDJSON: one JSON object a line, no line break inside one (see the module doc)."""
+    text = "".join(json.dumps(e.model_dump(mode="json"), ensure_ascii=False) + "\n" for e in entries)
+    for raw, escaped in _LINE_BREAKS.items():
+        if raw in text:  # only inside JSON strings: outside them JSON has no such character
+            text = text.replace(raw, escaped)
+    return text
+
+
 async def export(store: ServingStore, listing: Listing, cursor: str | None, media: str) -> StreamingResponse:
     pages = await every_page(store, listing, cursor)
 
@@ -74,7 +92,7 @@ async def export(store: ServingStore, listing: Listing, cursor: str | None, medi
                 buffer.truncate()
         else:
             async for entries in pages:
-                yield "".join(json.dumps(e.model_dump(mode="json"), ensure_ascii=False) + "\n" for e in entries)
+                yield ndjson_lines(entries)
 
     media_type = f"{CSV}; charset=utf-8" if media == CSV else NDJSON
     return StreamingResponse(lines(), media_type=media_type)

@@ -12,7 +12,9 @@ before the cursor dropped here.
 examined, with a fingerprint of the request's filters (view, prefix, key column filters, windows)
 and the generation it was read at, as urlsafe base64 of JSON. The next page lists the rows
 strictly after that position. A cursor made for other filters is refused (422), and so is one
-that cannot be read. A cursor also names the logic its page was computed under
+that is not exactly what this route writes (``serving.api.cursor_body``: its fields, their types
+and values) or names a generation after the one its next page is read at (generations only move
+forward, so no page was read there). A cursor also names the logic its page was computed under
 (``shared_logic.logic``): once the view is served under other logic, its rows are another set
 (a fixed transform may rename every key), so a cursor of the old logic is refused (409, start
 over) rather than continued into the new rows; an export stream stops the same way.
@@ -42,18 +44,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from serving.api.cursor_body import cursor_fields
 from serving.api.errors import BadQueryError, ConflictError, UnavailableError
 from serving.api.models import KeyEntry, KeyPage, WindowSpan
-from serving.api.queries import integral_measures, read_items, row_value, span
+from serving.api.queries import MAX_KEY_CHARS, integral_measures, read_items, row_value, span
 from serving.api.view_reader import Generation, KeyListing, ServingStore
 from serving.store.keys import decode_key, encode_key, suffix
+from shared_logic.event_values import echo
 from shared_logic.views import View
 
 DEFAULT_LIMIT = 100
@@ -62,6 +65,12 @@ MAX_LIMIT = 1000
 SCAN_BUDGET = 20_000
 #: How often a page is read again when its reads named different versions, before a 503.
 _TRIES = 50
+#: Longest cursor a page takes, in characters of the urlsafe base64 alphabet (``CURSOR_PATTERN``; 422
+#: otherwise). The cursor after a key of n UTF-8 bytes is about 1.8 n + 170 characters: within this limit
+#: for every key up to about 9,000 bytes, so for every key the key route reads (``MAX_KEY_CHARS``). A
+#: view with longer keys cannot be paged past them; its export (CSV, NDJSON) streams every row.
+MAX_CURSOR_CHARS = 16_384
+CURSOR_PATTERN = "^[A-Za-z0-9_-]*$"
 #: Query parameters of the route itself; any other must name a key column of the view.
 FIXED_PARAMS = frozenset({"limit", "cursor", "prefix", "window_start", "from", "to"})
 
@@ -116,10 +125,13 @@ def column_filters(view: View, params: list[tuple[str, str]]) -> dict[str, str]:
             continue
         if name not in view.keys:
             raise BadQueryError(
-                f"unknown query parameter {name!r}: besides {sorted(FIXED_PARAMS)}, this route filters by the key "
+                f"unknown query parameter {echo(name)}: besides {sorted(FIXED_PARAMS)}, this route filters by the key "
                 f"columns of view {view.name!r}: {list(view.keys)} (e.g. {view.keys[0]}=<value>)")
         if name in filters:
             raise BadQueryError(f"query parameter {name!r} is given twice; a key column filter takes one value")
+        if len(value) > MAX_KEY_CHARS:
+            raise BadQueryError(f"query parameter {name!r}: {len(value)} characters, more than the {MAX_KEY_CHARS} "
+                                "a key column filter takes (as prefix and the key route's key do)")
         filters[name] = value
     return filters
 
@@ -135,21 +147,29 @@ def encode_cursor(listing: Listing, at: Position, served: Generation) -> str:
     return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def decode_cursor(listing: Listing, cursor: str | None) -> tuple[Position, str | None]:
-    """The position after which a cursor resumes and the logic it was made under (None: no cursor);
-    422 when it is unreadable or made for other filters."""
+_UNREADABLE = ("cursor: not a cursor this route made; pass next_cursor of the previous page as is, or leave cursor "
+               "out to start from the first key")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A cursor as read: the position to resume after, the logic and the generation its page was read at."""
+
+    after: Position
+    logic: str | None
+    generation: int | None
+
+
+def decode_cursor(listing: Listing, cursor: str | None) -> Cursor:
+    """The position after which a cursor resumes, the logic and generation it was made at (None: no cursor);
+    422 when it is not exactly what ``encode_cursor`` makes (its fields, their types and values) or was
+    made for other filters."""
     if cursor is None:
-        return START, None
+        return Cursor(START, None, None)
     try:
-        body = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        fingerprint, window, kind, logic = body["f"], body["w"], body["t"], body.get("l", "")
-        key = base64.urlsafe_b64decode(body["k"])
-        if not (isinstance(fingerprint, str) and kind in (-1, 0, 1) and (window is None or type(window) is int)
-                and isinstance(logic, str)):
-            raise ValueError("wrong field types")
-    except (ValueError, TypeError, KeyError, binascii.Error) as e:
-        raise BadQueryError("cursor: not a cursor this route made; pass next_cursor of the previous page as is, "
-                            "or leave cursor out to start from the first key") from e
+        fingerprint, window, kind, key, generation, logic = cursor_fields(cursor)
+    except ValueError as e:
+        raise BadQueryError(_UNREADABLE) from e
     starts, index = listing.starts, 0
     if window is not None and starts and listing.view.window:
         index = (window - starts[0]) // listing.view.window.seconds
@@ -158,7 +178,16 @@ def decode_cursor(listing: Listing, cursor: str | None) -> tuple[Position, str |
         raise BadQueryError(
             "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
             "column filters and window_start or from/to) with only cursor added, or leave cursor out to start over")
-    return (index, kind, key), logic
+    return Cursor((index, kind, key), logic, generation)
+
+
+def _not_ahead(cursor: Cursor, served: Generation) -> None:
+    """422 for a cursor naming a generation after the one its next page was read at: generations only move
+    forward, so no page of this route was read there."""
+    if cursor.generation is not None and cursor.generation > served.generation:
+        raise BadQueryError(f"cursor: it names generation {cursor.generation}, after the served one "
+                            f"({served.generation}), so this route did not make it; pass next_cursor of the previous "
+                            "page as is, or leave cursor out to start from the first key")
 
 
 def _same_logic(logic: str | None, served: Generation) -> None:
@@ -291,9 +320,10 @@ async def _values(store: ServingStore, listing: Listing, rows: list[Position],
 
 
 async def page_answer(store: ServingStore, listing: Listing, cursor: str | None, limit: int) -> KeyPage:
-    after, logic = decode_cursor(listing, cursor)
-    entries, end, served = await key_page(store, listing, after, limit)
-    _same_logic(logic, served)
+    read = decode_cursor(listing, cursor)
+    entries, end, served = await key_page(store, listing, read.after, limit)
+    _not_ahead(read, served)
+    _same_logic(read.logic, served)
     return KeyPage(view=listing.view.name, keys=entries, generation=served.generation, version=served.version,
                    next_cursor=None if end is None else encode_cursor(listing, end, served))
 
@@ -301,9 +331,10 @@ async def page_answer(store: ServingStore, listing: Listing, cursor: str | None,
 async def every_page(store: ServingStore, listing: Listing, cursor: str | None) -> AsyncIterator[list[KeyEntry]]:
     """Every page from ``cursor`` on (``MAX_LIMIT`` rows each, each at one version), until the last one.
     The first page is read before this returns, so its errors (a bad cursor, 503) answer the request."""
-    start, logic = decode_cursor(listing, cursor)
-    entries, after, served = await key_page(store, listing, start, MAX_LIMIT)
-    _same_logic(logic, served)
+    read = decode_cursor(listing, cursor)
+    entries, after, served = await key_page(store, listing, read.after, MAX_LIMIT)
+    _not_ahead(read, served)
+    _same_logic(read.logic, served)
 
     async def pages() -> AsyncIterator[list[KeyEntry]]:
         nonlocal entries, after

@@ -21,12 +21,19 @@ from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
 from serving.api.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
 from serving.api.times import at, epoch_seconds
 from serving.api.view_reader import Generation, KeyRead, ServingStore
+from shared_logic.event_values import echo
 from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
 from shared_logic.measures import Count, Measure
 from shared_logic.views import View
 
 #: Most windows one range query may span (bounds the work of one atomic read).
 MAX_WINDOWS = 2_000
+#: Longest key, ``prefix`` or key column filter a query takes, in characters (422 above; the routes
+#: declare it as ``maxLength``). With the cursor's and the times' limits it keeps every request the
+#: document allows (each character percent-encoded as up to 12 bytes) within the 65535 bytes of URL
+#: the HTTP server reads, so each gets this API's answer; and the cursor after any such key fits
+#: ``key_pages.MAX_CURSOR_CHARS``.
+MAX_KEY_CHARS = 2048
 #: Epoch seconds a window addressed by a query must lie in: its start at or after TIME_MIN and its
 #: end (exclusive, itself an answer's time) at or before TIME_MAX, rounded down to a second.
 _FIRST, _LAST = epoch_seconds(TIME_MIN), epoch_seconds(TIME_MAX)
@@ -219,7 +226,8 @@ async def key_answer(
     present = [_held(read, i) for i in range(len(items))]
     if not any(present):
         where = f" in the {len(starts)} window(s) asked for" if starts else ""
-        raise NotFoundError(f"key {key!r} not found in view {view.name!r}{where} (as of master version {read.generation.version})")
+        raise NotFoundError(f"key {echo(key)} not found in view {view.name!r}{where} "
+                            f"(as of master version {read.generation.version})")
     served = read.generation.generation
     integral = _known_integral(store, served, view)
     if integral is None:
@@ -257,6 +265,18 @@ def _explain(view: View, read: KeyRead, integral: frozenset[str]) -> Explanation
     )
 
 
+def _ranking(view: View, name: str) -> Measure:
+    """The scalar measure ``name`` of ``view``, or a 422 naming the ones a top-N ranks by."""
+    for measure in view.scalar_measures:
+        if measure.name == name:
+            return measure
+    names = [m.name for m in view.scalar_measures]
+    what = ("is empty" if not name else "is a distinct count" if name in {m.name for m in view.distinct_measures}
+            else f"is not a measure of view {view.name!r}")
+    raise BadQueryError(f"measure: {echo(name)} {what}; top-N ranks by one of {names} (leave measure out for "
+                        f"{names[0]!r})")
+
+
 def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> KeyAnswer:
     return KeyAnswer(
         view=view.name, key=key, value=value, generation=served.generation, version=served.version,
@@ -267,11 +287,9 @@ def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> 
 async def top_answer(
     store: ServingStore, view: View, measure_name: str | None, n: int, window_start: datetime | None
 ) -> TopAnswer:
-    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order)."""
-    measure = view.measure(measure_name) if measure_name else view.scalar_measures[0]
-    if measure not in view.scalar_measures:
-        raise BadQueryError(f"top-N ranks by a scalar measure; {measure.name!r} is a distinct count. "
-                            f"Use one of {[m.name for m in view.scalar_measures]}")
+    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order). No
+    ``measure_name``: the view's first scalar measure; one the view lacks (or empty) is a 422 naming them."""
+    measure = view.scalar_measures[0] if measure_name is None else _ranking(view, measure_name)
     starts = window_starts(view, window_start, None, None)
     read = await store.top(view.name, measure.name, starts[0] if starts else None, n, measure.combines)
     integral = await integral_measures(store, read.generation.generation, view)

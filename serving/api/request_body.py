@@ -6,7 +6,8 @@
    bytes actually read are counted while reading (chunked uploads declare no length), else 413.
 2. **Validate** (:func:`parse_events`): every event is validated from its own bytes as sent,
    with the pipeline's schema in strict JSON mode (``EventSchema.validate_json_lines``: "12" is
-   not a number, unknown fields are errors). Every problem is reported with the event's index
+   not a number, unknown fields are errors, a key given twice is an error, times and integers
+   follow ``shared_logic.event_values``). Every problem is reported with the event's index
    (JSON array) or line (NDJSON) and the field; on any problem the request is rejected (422)
    before it is queued, so it can neither be partly written nor fail other requests. A body that
    is not JSON at all, or nests arrays and objects more than ``MAX_NESTING`` levels deep, is a 400.

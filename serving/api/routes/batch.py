@@ -25,8 +25,11 @@ from serving.api.errors import ConflictError, NotFoundError, UnavailableError
 from serving.api.models import error_responses
 from serving.api.pipelines import public_path
 from serving.store.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
+from shared_logic.event_values import echo
 
 router = APIRouter(prefix="/v1/batch", tags=["batch"])
+#: Longest run id ``GET /v1/batch/runs/{run_id}`` takes (ids are 12 hexadecimal digits; 422 above).
+MAX_RUN_ID_CHARS = 64
 
 _build_lock = threading.Lock()
 T = TypeVar("T")
@@ -232,12 +235,13 @@ def list_runs(
     "/runs/{run_id}", response_model=BatchRunInfo, summary="One batch run",
     dependencies=[Depends(require("read"))], responses=error_responses(404, 422, 503),
 )
-def get_run(runs: RunsDep, run_id: Annotated[str, Path(description="Run id, as POST /v1/batch/runs answered.")]) -> BatchRunInfo:
+def get_run(runs: RunsDep, run_id: Annotated[str, Path(max_length=MAX_RUN_ID_CHARS,
+                                                        description="Run id, as POST /v1/batch/runs answered.")]) -> BatchRunInfo:
     """The run's status, versions, rows per view, duration and error."""
     run = _redis(lambda: runs.get(run_id))
     if run is None:
         raise NotFoundError(
-            f"no batch run {run_id!r} of pipeline {runs.pipeline!r} (the registry keeps the latest "
+            f"no batch run {echo(run_id)} of pipeline {runs.pipeline!r} (the registry keeps the latest "
             f"{runs.keep}); GET /v1/batch/runs lists them"
         )
     return _info(runs.pipeline, run)

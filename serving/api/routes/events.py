@@ -65,8 +65,8 @@ runs); a batch run recomputing at or after it includes them.
 * `application/x-ndjson` (or `application/jsonl`): one event object per line, blank lines skipped.
 
 Each event is validated strictly against the pipeline's event model, from the bytes as sent:
-no type coercion (`"12"` is not a number), unknown fields are errors, a missing optional
-`event_time` becomes the ingest time. **All or nothing:** if any event is invalid the answer is
+no type coercion (`"12"` is not a number), unknown fields are errors, a field given twice in
+one object is an error (naming it), a missing optional `event_time` becomes the ingest time. **All or nothing:** if any event is invalid the answer is
 422, listing every problem with the event's position (`index 3` of an array, `line 7` of NDJSON,
 or `the event`) and its field, and nothing of the request is written.
 
@@ -80,9 +80,12 @@ master dataset's Delta log in the same commit as the events. The same key with a
 a 422. Send one whenever a request might be retried (timeouts, 503). A malformed key is a 400.
 
 Limits: bodies up to `LAMBDA_MAX_BODY_BYTES` (413 above); JSON nested at most
-{MAX_NESTING} levels deep (events are flat; 400 above). Times in UTC from
-0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (a time with an offset must fall inside
-once converted); integers within 64 bits.
+{MAX_NESTING} levels deep (events are flat; 400 above). A time is a JSON string: ISO 8601 with
+date and time (`2024-03-01T09:00:00Z`; no offset means UTC) or epoch seconds (`"1709283600"`, at
+most 6 decimals, always seconds, never milliseconds); a JSON number is not a time. Times lie from
+0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (a time with an offset must fall inside once
+converted). Integers lie within 64 bits (-2^63 to 2^63-1), in float fields too: write a float
+beyond that with a decimal point or an exponent.
 """
 
 _JSON_EXAMPLES: dict[str, Any] = {

@@ -17,6 +17,7 @@ from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
 from serving.api.times import QueryTime
 from shared_logic.errors import UnknownNameError
+from shared_logic.event_values import clip
 from shared_logic.pipeline import Pipeline
 from shared_logic.views import View
 
@@ -40,7 +41,7 @@ def _view(pipeline: Pipeline, name: str) -> View:
     try:
         return pipeline.view(name)
     except UnknownNameError as e:
-        raise NotFoundError(str(e)) from e
+        raise NotFoundError(str(UnknownNameError(e.kind, clip(e.name), e.known, owner=e.owner))) from e
 
 
 @router.get("", response_model=ViewList, summary="List views and their freshness", responses=error_responses(503))
@@ -95,9 +96,11 @@ async def list_keys(
     store: StoreDep,
     view: ViewName,
     limit: Annotated[int, Query(ge=1, le=key_pages.MAX_LIMIT, description="Rows per page.")] = key_pages.DEFAULT_LIMIT,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page, as is (made for the same "
+    cursor: Annotated[str | None, Query(max_length=key_pages.MAX_CURSOR_CHARS, pattern=key_pages.CURSOR_PATTERN,
+                                        description="`next_cursor` of the previous page, as is (made for the same "
                                                     "filters); leave out for the first page.")] = None,
-    prefix: Annotated[str, Query(description="Only keys starting with this (the key as the key route takes it: "
+    prefix: Annotated[str, Query(max_length=queries.MAX_KEY_CHARS,
+                                 description="Only keys starting with this (the key as the key route takes it: "
                                              "several key columns joined with '|', '|' and '\\' escaped with '\\').")] = "",
     window_start: WindowStart = None,
     start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
@@ -121,7 +124,9 @@ async def list_keys(
     selective filter on a later key column: at most 20000 rows are examined per page) and still
     have a `next_cursor`; `next_cursor` is null after the last page. A cursor made for other
     filters, or not made by this route, is a 422; one made before the view was recomputed under
-    other logic (a changed pipeline: its rows are another set) is a 409: start over.
+    other logic (a changed pipeline: its rows are another set) is a 409: start over. A key column
+    filter, like `prefix`, is at most 2048 characters. Paging works past keys of up to about 9,000
+    UTF-8 bytes (a cursor is at most 16384 characters); the export streams every row whatever its key.
 
     **Export**: with `Accept: text/csv` (header row: the key columns, `window_start` for windowed
     views, the measures) or `Accept: application/x-ndjson` (one row object per line), every row
@@ -146,7 +151,8 @@ async def get_key(
     pipeline: PipelineDep,
     store: StoreDep,
     view: ViewName,
-    key: Annotated[str, Path(description="Key value, URL-encoded ('/' allowed); several key columns are joined with '|'.")],
+    key: Annotated[str, Path(max_length=queries.MAX_KEY_CHARS,
+                             description="Key value, URL-encoded ('/' allowed); several key columns are joined with '|'.")],
     window_start: WindowStart = None,
     start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
     end: Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive). {_TIME}")] = None,
@@ -169,7 +175,8 @@ async def get_top(
     store: StoreDep,
     view: ViewName,
     n: Annotated[int, Query(ge=1, le=1000, description="How many keys.")] = 10,
-    measure: Annotated[str | None, Query(description="Measure to rank by (default: the view's first).")] = None,
+    measure: Annotated[str | None, Query(description="Measure to rank by (default: the view's first scalar measure); "
+                                                     "one the view does not have, or an empty one, is a 422 naming them.")] = None,
     window_start: WindowStart = None,
 ) -> TopAnswer:
     """The ``n`` keys with the highest merged value of ``measure`` (windowed views: in one window)."""

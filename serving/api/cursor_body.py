@@ -1,0 +1,53 @@
+"""The body of a key-listing cursor (``serving.api.key_pages``), read strictly.
+
+A cursor is urlsafe base64 (unpadded) of a JSON object that ``key_pages.encode_cursor`` writes:
+``f`` the filters' fingerprint (text), ``w`` the window start (an integer, or null for all time),
+``t`` the kind of position (0: at key ``k``; 1: after the window's last key, ``k`` empty), ``k`` the
+key (urlsafe base64 of its UTF-8 bytes), ``g`` the generation the page was read at (an integer from
+0), ``l`` the logic it was computed under (text; absent in cursors made before it was recorded,
+read as unrecorded logic: ``key_pages`` answers those 409, start over).
+Anything else (another field, another type, a key that is not base64 of UTF-8, a character outside
+the base64 alphabet) is not a cursor this route made: ``cursor_fields`` raises ValueError.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+_FIELDS = frozenset({"f", "w", "t", "k", "g", "l"})
+_REQUIRED = _FIELDS - {"l"}
+
+
+def _unbase64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except binascii.Error as e:
+        raise ValueError(f"not urlsafe base64: {e}") from e
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool
+
+
+def cursor_fields(cursor: str) -> tuple[str, int | None, int, bytes, int, str]:
+    """(fingerprint, window start, kind, key, generation, logic) of ``cursor``; ValueError unless it is exactly
+    what a cursor holds."""
+    try:
+        body = json.loads(_unbase64(cursor))
+    except RecursionError as e:  # arrays nested thousands deep: no cursor
+        raise ValueError("not a cursor's JSON") from e
+    if not isinstance(body, dict) or not _REQUIRED <= body.keys() <= _FIELDS:
+        raise ValueError("not the fields of a cursor")
+    fingerprint, window, kind, generation, logic, text = (body["f"], body["w"], body["t"], body["g"],
+                                                         body.get("l", ""), body["k"])
+    if not (isinstance(fingerprint, str) and _is_int(kind) and kind in (0, 1) and (window is None or _is_int(window))
+            and _is_int(generation) and generation >= 0 and isinstance(logic, str) and isinstance(text, str)):
+        raise ValueError("a field of the wrong type or value")
+    key = _unbase64(text)
+    key.decode()  # a key is UTF-8 text (UnicodeDecodeError is a ValueError)
+    if kind == 1 and key:
+        raise ValueError("a position after a window's last key names no key")
+    return fingerprint, window, kind, key, generation, logic
