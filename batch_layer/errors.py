@@ -1,5 +1,9 @@
 """Errors raised by the batch layer (master dataset, gold tables, recomputes)."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 
 class BatchLayerError(Exception):
     """Root of every error raised by batch_layer."""
@@ -15,6 +19,25 @@ class EmptyMasterError(BatchLayerError):
 
 class IngestError(BatchLayerError):
     """An input file could not be read (missing, unreadable, not JSON Lines)."""
+
+
+class SourceFilesError(IngestError):
+    """Paths given to ``ingest`` that cannot be ingested, every one found before anything was written:
+    a missing path, a folder with no event files, an unknown extension, and (from a backfill) each CSV
+    header or Parquet schema that does not fit the event model. ``problems`` holds (path, what is
+    wrong) pairs, the paths' own problems first in the order given, then the files' structure; the
+    message names each path and its problem, one a line."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        self.paths = tuple(dict.fromkeys(path for path, _ in self.problems))
+        if len(self.problems) == 1:
+            [(path, why)] = self.problems
+            super().__init__(f"cannot ingest {path}: {why}")
+        else:
+            shown = "\n  ".join(f"{path}: {why}" for path, why in self.problems)
+            super().__init__(f"cannot ingest: {len(self.problems)} problems in {len(self.paths)} paths; nothing was "
+                             f"written:\n  {shown}")
 
 
 class PublishError(BatchLayerError):

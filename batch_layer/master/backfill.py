@@ -5,10 +5,13 @@ Guarantees:
 * Every file is one master commit, all of it or none of it (``MasterDataset.ingest_file``), so the
   speed layer and a recompute see a backfilled file like any other commit. Files are committed in
   the order given (a folder's files sorted by name).
-* Before anything is written, every path is resolved (a missing path or an unknown extension is an
-  IngestError) and every file's structure is checked: CSV headers and Parquet schemas, which cost a
-  line or a footer each. Rows are validated file by file just before that file's commit: checking
-  every row of every file first would read all the data twice.
+* Before anything is written, every path is resolved and every file's structure is checked: CSV
+  headers and Parquet schemas, which cost a line or a footer each. Every problem found so is reported
+  at once: one file's structure problem as that file's error (EventValidationError, IngestError), any
+  other set of problems (a missing path, a folder without event files, an unknown extension, several
+  files' structure) as one SourceFilesError naming each path and its problem. Rows are validated
+  file by file just before that file's commit: checking every row of every file first would read all
+  the data twice.
 * When a file fails, the files before it stay committed: the error raised is the file's own
   (EventValidationError, IngestError), and ``progress.failed`` is told which files were committed
   (with their versions) and which were not, so a re-run can name only the files not written.
@@ -21,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from batch_layer.master.file_formats import SourceFile, check, source_files
+from batch_layer.errors import IngestError, SourceFilesError
+from batch_layer.master.file_formats import SourceFile, check, resolve_sources
+from shared_logic.errors import EventValidationError
+from shared_logic.events import EventSchema
 
 if TYPE_CHECKING:
     from batch_layer.master.dataset import IngestResult, MasterDataset
@@ -56,9 +62,7 @@ class BackfillProgress(Protocol):
 def backfill(master: MasterDataset, paths: Sequence[Path], *, file_format: str | None = None,
              progress: BackfillProgress | None = None) -> list[FileIngested]:
     """Ingest the files ``paths`` name, one commit per file, in order (see the module docstring)."""
-    files = source_files(paths, file_format)
-    for source in files:
-        check(source, master.pipeline.schema)
+    files = checked_files(paths, master.pipeline.schema, file_format)
     if progress is not None:
         progress.planned(files, sum(s.path.stat().st_size for s in files))
     done: list[FileIngested] = []
@@ -73,3 +77,30 @@ def backfill(master: MasterDataset, paths: Sequence[Path], *, file_format: str |
         if progress is not None:
             progress.committed(done[-1])
     return done
+
+
+def checked_files(paths: Sequence[Path], schema: EventSchema, file_format: str | None = None) -> list[SourceFile]:
+    """The files ``paths`` name, each checked against ``schema`` as far as is cheap (header, footer).
+
+    Every path and every file is looked at before this raises: the problems of the paths (in the
+    order given), then those of the files' structure (in file order), in one SourceFilesError, unless
+    the only problem is one file's structure: then that file's own error (EventValidationError naming
+    line 1 or ``schema`` and each field, or IngestError).
+    """
+    files, problems = resolve_sources(paths, file_format)
+    unresolved = len(problems)
+    failed: list[Exception] = []
+    for source in files:
+        try:
+            check(source, schema)
+        except EventValidationError as e:
+            failed.append(e)
+            problems += [(str(source.path), str(p)) for p in e.problems]
+        except IngestError as e:
+            failed.append(e)
+            problems.append((str(source.path), str(e).removeprefix(f"cannot ingest {source.path}: ")))
+    if not unresolved and len(failed) == 1:
+        raise failed[0]
+    if problems:
+        raise SourceFilesError(problems)
+    return files

@@ -3,8 +3,9 @@
 Guarantees:
 
 * A file's format comes from its extension (:data:`EXTENSIONS`) unless named; a folder stands for
-  its files with an accepted extension, sorted by name (not recursive; hidden files skipped). An
-  unknown extension is an IngestError naming the file and the accepted extensions.
+  its files with an accepted extension, sorted by name (not recursive; hidden files skipped). Every
+  path that names nothing to ingest (missing, a folder without event files, an unknown extension) is
+  reported in one SourceFilesError (an IngestError) naming each path and its problem.
 * :func:`check` reads only a file's header (CSV) or footer (Parquet): the columns must be fields of
   the event model (an unknown column is an error, as an unknown JSON field is), every required
   field must have a column, and Parquet column types must be readable as the field's type. Its
@@ -32,7 +33,7 @@ from typing import Any, TypeAlias
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from batch_layer.errors import IngestError
+from batch_layer.errors import IngestError, SourceFilesError
 from shared_logic.errors import EventProblem, EventValidationError
 from shared_logic.events import EventSchema
 
@@ -56,39 +57,53 @@ class SourceFile:
 def source_files(paths: Sequence[Path], file_format: str | None = None) -> list[SourceFile]:
     """The files ``paths`` name, in order, each folder expanded (see the module docstring).
 
-    Raises IngestError, before anything is read, for a missing path, an empty folder or an unknown extension.
+    Raises SourceFilesError, before anything is read, naming every missing path, empty folder and
+    unknown extension among ``paths`` (not only the first).
     """
+    found, problems = resolve_sources(paths, file_format)
+    if problems:
+        raise SourceFilesError(problems)
+    return found
+
+
+def resolve_sources(paths: Sequence[Path], file_format: str | None = None) -> tuple[list[SourceFile],
+                                                                                   list[tuple[str, str]]]:
+    """The files ``paths`` name, in order, each folder expanded, and a (path, problem) pair for each path
+    that names nothing to ingest (missing, a folder without event files, an unknown extension)."""
     if file_format is not None and file_format not in FORMATS:
         raise IngestError(f"unknown format {file_format!r}; the formats are {', '.join(FORMATS)}")
     wanted = [e for e, f in EXTENSIONS.items() if file_format in (None, f)]
     found: list[SourceFile] = []
+    problems: list[tuple[str, str]] = []
     for path in paths:
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
                            and p.suffix.lower() in wanted)
             if not files:
-                raise IngestError(f"cannot ingest {path}: the folder holds no {', '.join(wanted)} files")
+                problems.append((str(path), f"the folder holds no {', '.join(wanted)} files"))
             found.extend(SourceFile(p, file_format or EXTENSIONS[p.suffix.lower()]) for p in files)
         elif path.is_file():
-            found.append(SourceFile(path, file_format or _format_of(path)))
+            if file_format is None and path.suffix.lower() not in EXTENSIONS:
+                problems.append((str(path), f"unknown extension {path.suffix or '(none)'!r}; the accepted extensions "
+                                            f"are {', '.join(EXTENSIONS)} (or name the format)"))
+            else:
+                found.append(SourceFile(path, file_format or EXTENSIONS[path.suffix.lower()]))
         else:
-            raise IngestError(f"cannot ingest {path}: no such file")
-    return found
-
-
-def _format_of(path: Path) -> str:
-    try:
-        return EXTENSIONS[path.suffix.lower()]
-    except KeyError:
-        raise IngestError(f"cannot ingest {path}: unknown extension {path.suffix or '(none)'!r}; the accepted "
-                          f"extensions are {', '.join(EXTENSIONS)} (or name the format)") from None
+            problems.append((str(path), "no such file"))
+    return found, problems
 
 
 def check(source: SourceFile, schema: EventSchema) -> None:
     """Check what can be checked cheaply (CSV header, Parquet schema); raises EventValidationError or IngestError."""
     if source.format == "csv":
-        with _open_text(source.path) as fh:
-            _csv_header(next(csv.reader(fh), []), schema, str(source.path))
+        try:
+            with _open_text(source.path) as fh:
+                header = next(csv.reader(fh), [])
+        except (UnicodeDecodeError, csv.Error) as e:
+            why = f"not UTF-8 text ({e.reason} at byte {e.start})" if isinstance(e, UnicodeDecodeError) else \
+                f"its header is not valid CSV: {e}"
+            raise IngestError(f"cannot ingest {source.path}: {why}") from e
+        _csv_header(header, schema, str(source.path))
     elif source.format == "parquet":
         _parquet_columns(_parquet_file(source.path).schema_arrow, schema, str(source.path))
 
