@@ -135,3 +135,15 @@ def test_every_secret_setting_is_known_as_one() -> None:
     """A SecretStr setting added later is placed by position in its errors, like the API keys."""
     secret = {name for name, field in Settings.model_fields.items() if "SecretStr" in str(field.annotation)}
     assert secret and secret | {"api_keys"} <= SECRET_SETTINGS
+
+
+def test_each_pipeline_runs_on_its_own_schedule(tmp_path: Path) -> None:
+    """``LAMBDA_BATCH_SCHEDULES`` gives a pipeline its own schedule; the others keep ``LAMBDA_BATCH_SCHEDULE``
+    (the scheduler process runs one scheduler per pipeline on ``for_pipeline(name)``), and a name that is no
+    pipeline of the deployment is refused, naming the pipelines."""
+    settings = load_settings(data_dir=tmp_path, pipelines=["wordcount", "payments"], batch_schedule="1h",
+                             batch_schedules={"payments": "20s"})
+    assert settings.for_pipeline("payments").batch_schedule == "20s"
+    assert settings.for_pipeline("wordcount").batch_schedule == "1h"
+    with pytest.raises(ConfigError, match="'clicks', not a pipeline of this deployment"):
+        load_settings(data_dir=tmp_path, pipelines=["wordcount", "payments"], batch_schedules={"clicks": "1m"})

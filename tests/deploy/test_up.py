@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +20,12 @@ import httpx
 import pytest
 
 from deploy.settings import load_settings
-from tests.support import CLICKS_PIPELINE, free_port, wait_for
+from tests.support import CLICKS_PIPELINE, free_port
 from tests.support.browser import field, load, raw, values
+from tests.support.platform import KEY, stop_up, wait_up
 from tests.support.speed import assert_exact, wait_caught_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
-
-KEY = "test-admin-key-0001"
 
 
 def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
@@ -43,21 +40,9 @@ def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
                             stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait(check: Callable[[], object], what: str, timeout: float = 240) -> None:
-    """``wait_for`` while the platform's HTTP server may not listen yet."""
-    wait_for(check, what, timeout, poll=0.3, ignoring=(httpx.TransportError,))
-
-
 def _count(http: httpx.Client, word: str) -> int | None:
     response = http.get(f"/v1/views/word_counts/keys/{word}")
     return response.json()["value"]["count"] if response.status_code == 200 else None
-
-
-def _stop(process: subprocess.Popen[bytes], port: int) -> None:
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(180) == 0, "up did not stop cleanly on SIGTERM"
-    with pytest.raises(httpx.TransportError):
-        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
 
 
 def _trigger_recompute(http: httpx.Client) -> str:
@@ -69,8 +54,8 @@ def _trigger_recompute(http: httpx.Client) -> str:
             return run.json()["id"]
         assert run.status_code == 409, run.text
         busy = run.headers["Location"]
-        _wait(lambda busy=busy: http.get(busy).json()["status"] not in ("queued", "running"),
-              f"run {busy}, which holds the single-flight slot", 240)
+        wait_up(lambda busy=busy: http.get(busy).json()["status"] not in ("queued", "running"),
+                f"run {busy}, which holds the single-flight slot", 240)
     raise AssertionError(f"no recompute admitted after 3 tries; last answer: {run.text}")
 
 
@@ -100,32 +85,32 @@ def test_up_ingest_recompute_restart(tmp_path: Path, browser: Any, artifacts: Pa
     process = _start(data_dir, port)
     try:
         with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
-            _wait(lambda: http.get("/readyz").status_code == 200, "the platform to be ready")
+            wait_up(lambda: http.get("/readyz").status_code == 200, "the platform to be ready")
             acknowledged = 0
             for text in ("zebra quagga", "zebra", "okapi zebra"):
                 response = http.post("/v1/events", json={"text": text})
                 assert response.status_code == 202, response.text
                 acknowledged += 1
-            _wait(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 180)
+            wait_up(lambda: _count(http, "zebra") == 3, "the merged answer to reflect the ingest", 180)
 
             before = {w: _count(http, w) for w in ("zebra", "quagga", "okapi", "the")}
             run_id = _trigger_recompute(http)
-            _wait(lambda: http.get(f"/v1/batch/runs/{run_id}").json()["status"] in ("succeeded", "failed", "skipped"),
-                  "the triggered recompute", 240)
+            wait_up(lambda: http.get(f"/v1/batch/runs/{run_id}").json()["status"] in ("succeeded", "failed", "skipped"),
+                    "the triggered recompute", 240)
             assert http.get(f"/v1/batch/runs/{run_id}").json()["status"] == "succeeded"
             assert {w: _count(http, w) for w in before} == before, "answers changed across the generation flip"
-        _stop(process, port)
+        stop_up(process, port)
 
         process = _start(data_dir, port)
         with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
-            _wait(lambda: http.get("/readyz").status_code == 200, "the platform to be ready again")
+            wait_up(lambda: http.get("/readyz").status_code == 200, "the platform to be ready again")
             assert _count(http, "zebra") == 3 and acknowledged == 3
         version = wait_caught_up(settings)
         assert assert_exact(base, settings, version) > 20
         _console_shows_the_platform(browser, base, run_id, artifacts)
     finally:
         if process.poll() is None:
-            _stop(process, port)
+            stop_up(process, port)
 
 
 def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
@@ -147,7 +132,7 @@ def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
                                stderr=subprocess.STDOUT)
     try:
         with httpx.Client(base_url=base, timeout=30) as http:
-            _wait(lambda: http.get("/healthz").status_code == 200 or process.poll() is not None, "the API")
+            wait_up(lambda: http.get("/healthz").status_code == 200 or process.poll() is not None, "the API")
             assert process.poll() is None, (tmp_path / "up.log").read_text()
             ready = http.get("/readyz")
             assert ready.status_code == 503 and "no batch generation is published" in ready.text, ready.text
@@ -171,10 +156,10 @@ def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
                     got[section] = (value["count"], value["sum_ms_on_page"])
                 return got
 
-            _wait(lambda: http.get("/readyz").status_code == 200, "the first generation", 900)
-            _wait(lambda: answers() == want, "answers equal to the events posted", 300)
-            _wait(lambda: http.get("/readyz").status_code == 200 and "speed layer up" in http.get("/readyz").text,
-                  "the speed layer's heartbeat", 300)
+            wait_up(lambda: http.get("/readyz").status_code == 200, "the first generation", 900)
+            wait_up(lambda: answers() == want, "answers equal to the events posted", 300)
+            wait_up(lambda: http.get("/readyz").status_code == 200 and "speed layer up" in http.get("/readyz").text,
+                    "the speed layer's heartbeat", 300)
         status = subprocess.run([*installed_command(), "status", "--json"], cwd=folder, env=env, capture_output=True,
                                 text=True, timeout=120)
         assert status.returncode == 0, status.stdout + status.stderr
@@ -183,7 +168,7 @@ def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
         assert {p["part"]: p["state"] for p in report["parts"]} == {
             "master dataset": "up", "redis": "up", "batch layer": "up", "speed layer": "up", "api": "up",
             "scheduler": "up", "last batch run": "up"}, report
-        _stop(process, port)
+        stop_up(process, port)
     finally:
         if process.poll() is None:
-            _stop(process, port)
+            stop_up(process, port)

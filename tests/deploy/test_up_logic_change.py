@@ -32,8 +32,8 @@ import psutil
 import pytest
 
 from tests import oracle
-from tests.deploy.test_up import KEY, _stop, _wait
 from tests.support import free_port
+from tests.support.platform import KEY, stop_up, wait_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
@@ -118,7 +118,7 @@ class Platform:
 
     def stop(self) -> None:
         assert self.process is not None
-        _stop(self.process, self.port)
+        stop_up(self.process, self.port)
 
     def kill(self) -> None:
         """SIGKILL `up` and every process under it (each child leads a session of its own)."""
@@ -169,33 +169,33 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
     http = httpx.Client(base_url=platform.base, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
     try:
         platform.start(V1_SOURCE)
-        _wait(lambda: http.get("/healthz").status_code == 200, "the API")
+        wait_up(lambda: http.get("/healthz").status_code == 200, "the API")
         _post(http, rng, 40)
-        _wait(lambda: http.get("/readyz").status_code == 200, "v1's first generation", 600)
+        wait_up(lambda: http.get("/readyz").status_code == 200, "v1's first generation", 600)
         v1 = http.get("/v1/views").json()["logic"]
         reader.start()
         _post(http, rng, 20)
-        _wait(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
+        wait_up(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
         # (on a loaded machine the reader's first answers may come after the catch-up: v1 must be in them)
-        _wait(lambda: any(logic == v1 for *_, logic, _ in list(seen)), "the reader's first answer under v1", 120)
+        wait_up(lambda: any(logic == v1 for *_, logic, _ in list(seen)), "the reader's first answer under v1", 120)
         platform.stop()
 
         platform.start(V2_SOURCE)
-        _wait(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
+        wait_up(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
         v2 = http.get("/v1/views").json()["logic"]
         _post(http, rng, 20)
-        _wait(lambda: any(run["status"] == "running" for run in http.get("/v1/batch/runs").json()["runs"]),
-              "v2's recompute to start by itself", 300)
+        wait_up(lambda: any(run["status"] == "running" for run in http.get("/v1/batch/runs").json()["runs"]),
+                "v2's recompute to start by itself", 300)
         time.sleep(rng.uniform(0, 15))  # somewhere in the recompute: snapshot, gold, publish or the flip
         platform.kill()
 
         platform.start(V2_SOURCE)
         _post_when_up(http, rng)
-        _wait(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
+        wait_up(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
         latest = _latest(master)
-        _wait(lambda: _version(http) >= latest, "v2's speed layer", 300)
+        wait_up(lambda: _version(http) >= latest, "v2's speed layer", 300)
         # (v2 may be served and caught up moments before the reader's next round: v2 must be in its answers)
-        _wait(lambda: any(logic == v2 for *_, logic, _ in list(seen)), "the reader's first answer under v2", 120)
+        wait_up(lambda: any(logic == v2 for *_, logic, _ in list(seen)), "the reader's first answer under v2", 120)
         stop.set()
         reader.join(30)
 
@@ -239,7 +239,7 @@ def _texts(master: Path, version: int) -> list[str]:
 
 
 def _post_when_up(http: httpx.Client, rng: random.Random) -> None:
-    _wait(lambda: http.get("/healthz").status_code == 200, "the API after the kill")
+    wait_up(lambda: http.get("/healthz").status_code == 200, "the API after the kill")
     _post(http, rng, 20)
 
 
