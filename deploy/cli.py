@@ -248,9 +248,11 @@ def _serve(settings: Settings, redis_url: str) -> None:
     import uvicorn
 
     from serving.api.app import create_app
+    from serving.api.http_protocol import JsonErrorHttpProtocol
 
     app = create_app(settings, redis_url=redis_url)
-    uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False)
+    uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False,
+                http=JsonErrorHttpProtocol)  # a URL over uvicorn's limit gets the JSON error shape too
 
 
 def _cmd_serve(settings: Settings, args: argparse.Namespace) -> int:

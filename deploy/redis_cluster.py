@@ -53,6 +53,10 @@ class LocalRedisCluster:
     ports: list[int] = field(default_factory=list)
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # redis-server changes into its --dir before it opens its --logfile, so neither may be relative.
+        self.workdir = Path(self.workdir).resolve()
+
     @property
     def url(self) -> str:
         """The store URL: every node as a startup node (any one reachable is enough)."""

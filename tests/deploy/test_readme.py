@@ -657,9 +657,6 @@ def test_bulk_backfill_as_written(tmp_path: Path) -> None:
 
 
 # --- Redis Cluster, run ------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="deploy/redis_cluster.py starts redis-server with --dir and --logfile "
-                   "relative to the caller's folder; redis-server changes into --dir first, so a relative --dir "
-                   "(the README's, and the default) fails: the fix resolves the folder (LocalRedisCluster / main)")
 def test_redis_cluster_as_written(tmp_path: Path) -> None:
     [command] = [c for c in commands(bash_blocks("Scaling the view store: Redis Cluster")[0]) if "redis_cluster" in c.text]
     checkout = tmp_path / "checkout"

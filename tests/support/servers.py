@@ -53,9 +53,12 @@ class ApiServer:
     def __init__(self, app: Any) -> None:
         import uvicorn
 
+        from serving.api.http_protocol import JsonErrorHttpProtocol
+
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                        http=JsonErrorHttpProtocol))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
     def __enter__(self) -> ApiServer:

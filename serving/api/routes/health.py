@@ -31,7 +31,7 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=error_responses(503),
+@router.get("/readyz", response_model=Health, responses=error_responses(422, 503),
             summary="Readiness: every part has done its job and none is failing")
 async def readyz(
     request: Request, store: StoreDep,
