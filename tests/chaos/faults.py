@@ -168,6 +168,8 @@ class FaultInjector:
             self.ensure_up()
             if set(CHILD_ROLES) <= set(self.tree.children()) and self.fresh(fresh_at):
                 self.recoveries[kind].append(time.monotonic() - began)
+                self.progress(f"{kind} fault: back ({'fresh answers' if fresh_at is not None else 'readyz 200'}) "
+                              f"after {self.recoveries[kind][-1]:.1f}s")
                 return
             self.abort.wait(0.5)
         self.findings.incident(report.NOT_RECOVERED, f"{kind}: not back within {self.plan.recovery_timeout:.0f}s")

@@ -35,7 +35,7 @@ from tests.chaos.ledger import Ledger
 from tests.chaos.platform_tree import UpConfig, UpTree
 from tests.chaos.report import ChaosReport, Findings
 from tests.chaos.traffic import TRACKED, Reader, Writer, client
-from tests.conftest import free_port
+from tests.support import free_port
 
 
 class HarnessError(RuntimeError):
@@ -152,6 +152,7 @@ class ChaosRun:
             master_events=log.events_after_baseline, keys_in_log=log.keys_in_log, rows_compared=rows,
             recoveries=dict(self.injector.recoveries),
             recovered_means="fresh answers" if self.config.plan.wait_fresh else "ready",
+            speed_stages=report.speed_start_stages(self.data_dir / "logs" / "speed.log"),
             rss_mb={role: (self.rss_start.get(role, 0) / 2**20, rss_end.get(role, 0) / 2**20)
                     for role in sorted(self.rss_start.keys() | rss_end.keys())},
             batch_runs=_batch_runs(http), log_dir=str(self.config.work_dir),

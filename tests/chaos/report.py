@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import statistics
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: Examples kept per kind of violation or incident.
@@ -85,6 +88,8 @@ class ChaosReport:
     recoveries: dict[str, list[float]] = field(default_factory=dict)
     #: What "back" means in ``recoveries``: "fresh answers" or "ready".
     recovered_means: str = "fresh answers"
+    #: Seconds from each start of a speed-layer process to each of its start-up stages (``speed_start_stages``).
+    speed_stages: dict[str, list[float]] = field(default_factory=dict)
     rss_mb: dict[str, tuple[float, float]] = field(default_factory=dict)
     batch_runs: Counter[str] = field(default_factory=Counter)
     stop_seconds: float | None = None
@@ -113,8 +118,12 @@ class ChaosReport:
         rows += [(f"batch runs {status}", n) for status, n in sorted(self.batch_runs.items())]
         for part, times in sorted(self.recoveries.items()):
             if times:
-                rows.append((f"{self.recovered_means} after {part} fault (s): median / max",
-                             f"{sorted(times)[len(times) // 2]:.0f} / {max(times):.0f}"))
+                rows.append((f"{self.recovered_means} after {part} fault (s): median / max (n)",
+                             f"{statistics.median(times):.0f} / {max(times):.0f} ({len(times)})"))
+        for stage, times in self.speed_stages.items():
+            if times:
+                rows.append((f"speed start, {stage} (s): median / max (n)",
+                             f"{statistics.median(times):.1f} / {max(times):.1f} ({len(times)})"))
         for part, (start, end) in sorted(self.rss_mb.items()):
             rows.append((f"RSS {part} (MB): start -> end", f"{start:.0f} -> {end:.0f}"))
         if self.stop_seconds is not None:
@@ -130,3 +139,27 @@ class ChaosReport:
         if self.log_dir:
             lines.append(f"logs: {self.log_dir}")
         return "\n".join(lines)
+
+
+#: The speed layer's start-up stages as its log tells them (``speed_layer.runner``, ``speed_layer.job``): the
+#: seconds each line states, from the start of the process unless the stage's name says otherwise.
+_SPEED_STAGES = {
+    "session ready": re.compile(r"speed layer of \S+: Spark session ready, ([\d.]+)s after the process started"),
+    "query started": re.compile(r"speed layer of \S+: query started, ([\d.]+)s after the process started"),
+    "warm-up (its own time)": re.compile(r"speed layer of \S+: warmed up in ([\d.]+)s"),
+    "first micro-batch done": re.compile(r"speed layer of \S+: first micro-batch .* ([\d.]+)s after the process started"),
+    "first micro-batch, after the query started": re.compile(
+        r"speed layer of \S+: first micro-batch .* done ([\d.]+)s after the query started"),
+    "caught up with the master": re.compile(r"speed layer of \S+: caught up .* ([\d.]+)s after the process started"),
+}
+
+
+def speed_start_stages(log: Path) -> dict[str, list[float]]:
+    """Per start-up stage of the speed layer, the seconds each start took to reach it, from its log (``speed.log``);
+    stages its log does not tell (code before these lines) are left out."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}
+    found = {stage: [float(m) for m in pattern.findall(text)] for stage, pattern in _SPEED_STAGES.items()}
+    return {stage: times for stage, times in found.items() if times}

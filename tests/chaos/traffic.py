@@ -33,7 +33,7 @@ from tests.chaos.report import Findings
 VOCABULARY: tuple[str, ...] = ("the", "café", "日本語", "naïve", *(f"chaos{i:03d}" for i in range(196)))
 #: Words whose key answers the reader polls (frequent, middling, rare, non-ASCII, and a sample word).
 TRACKED: tuple[str, ...] = ("the", "chaos000", "chaos010", "chaos150", "café")
-#: With ``line_separators``: words holding U+2028 / U+0085 (issue 7, bug 1), also in the vocabulary.
+#: With ``line_separators``: words holding U+2028 / U+0085, also in the vocabulary.
 SEPARATOR_WORDS: tuple[str, ...] = ("line\u2028sep", "next\u0085line")
 _RETRY_STATUSES = {408, 425, 429}
 _TRANSIENT = (httpx.TransportError,)

@@ -1,4 +1,4 @@
-"""What a command leaves behind and what it prints on the way (issue 28, item 5), as a user runs it.
+"""What a command leaves behind and what it prints on the way, as a user runs it.
 
 * `batch run` keeps the JVM's lines (Spark's WARN lines, the JVM's own warnings) out of the
   terminal and in `DATA_DIR/logs/batch.log`; `-v` shows them as well, still logging them.

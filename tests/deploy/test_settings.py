@@ -62,7 +62,7 @@ def test_a_bad_cluster_url_is_refused_at_load_naming_the_fault(tmp_path: Path, u
         load_settings(data_dir=tmp_path, redis_url=url)
 
 
-# --- secrets never appear in an error (issue 28 item 2) -------------------------------------------------
+# --- secrets never appear in an error -------------------------------------------------
 KEY = "k" + "7Qz" * 7  # a key that passes the length rule; no word of any message contains its pieces
 OTHER = "w" + "4Xv" * 7
 

@@ -24,7 +24,7 @@ from deploy.supervisor import Child, Supervisor, read_children
 from serving.store.heartbeat import SpeedHealth
 from serving.store.keys import Keys
 from tests.deploy.test_cli_messages import cli
-from tests.serving.test_metrics import master_with_versions
+from tests.serving.api.test_metrics import master_with_versions
 from tests.support import wait_for
 
 #: A child that says what is wrong the way the command line does, then exits 1.

@@ -1,5 +1,4 @@
-"""One rule for a time written as text, in every entry point of ``EventSchema`` and in query times
-(issue 28, item 4).
+"""One rule for a time written as text, in every entry point of ``EventSchema`` and in query times.
 
 Before, an event's ``"1709283600000"`` was read by pydantic's guess (more than 2e10: milliseconds),
 so 13 digits landed in the same window as the 10-digit seconds; a query's ``window_start`` read the

@@ -77,7 +77,7 @@ def test_bad_view_definitions_say_what_to_fix(build, message: str) -> None:
         build()
 
 
-# --- the pipeline search path and its messages (issue 7, items 7 and 11) ------------------------------
+# --- the pipeline search path and its messages ------------------------------
 
 CLICKS = '''
 from pyspark.sql import DataFrame

@@ -21,7 +21,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from speed_layer.job import SpeedLayer
-from tests.serving.test_key_pages import (
+from tests.serving.api.test_key_pages import (
     AIRPORTS,
     ALL,
     PIPELINE,

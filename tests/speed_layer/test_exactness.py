@@ -8,7 +8,7 @@ view (windowed ones included) and the top-N answers are compared over HTTP with 
 (tests/oracle.py: plain Python over the master dataset read with delta-rs).
 
 These run on the default engine (delta-rs). The engines' parity is proven at their contract
-(tests/batch_layer/test_engines.py: the same tables, the same speed-layer input with the same
+(tests/batch_layer/master/test_engines.py: the same tables, the same speed-layer input with the same
 ``_version``); the delta-spark engine's own end-to-end exactness scenario is its real difference,
 a commit split across micro-batches (tests/speed_layer/test_split_versions.py).
 """

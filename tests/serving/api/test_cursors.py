@@ -1,4 +1,4 @@
-"""A cursor is read only as this route writes it (issue 28, item 4): anything else is a 422.
+"""A cursor is read only as this route writes it: anything else is a 422.
 
 ``GET /v1/views/{view}/keys?cursor=...`` accepted a ``next_cursor`` whose generation was ``999999``,
 ``-1`` or ``"x"``, one with an extra field, or one whose key part was not base64 (its characters
@@ -28,7 +28,7 @@ from serving.api.key_pages import MAX_CURSOR_CHARS
 from shared_logic.registry import load_pipeline
 from tests.support import ingest_file
 
-PIPELINE = "tests.serving.flights_pipeline"
+PIPELINE = "tests.support.flights_pipeline"
 VIEW = "flights_by_route"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 AIRPORTS = ["JFK", "LAX", "SFO", "ORD", "Ünï"]

@@ -1,5 +1,4 @@
-"""What an error echoes is capped, long values are refused in the API's shape, and ``measure=`` is checked
-(issue 28, item 4).
+"""What an error echoes is capped, long values are refused in the API's shape, and ``measure=`` is checked.
 
 * A 10 KB unknown key, run id, view, pipeline or query parameter came back whole in the answer.
   Now a detail quotes at most 100 characters of a value sent (cut, "…", its length), and a key,

@@ -1,4 +1,4 @@
-"""Event values follow one rule on every ingest path (issue 28, item 4): HTTP (one event, an array,
+"""Event values follow one rule on every ingest path: HTTP (one event, an array,
 NDJSON) and file ingest (JSON Lines, CSV), all through ``shared_logic.events``.
 
 * ``event_time`` text: ISO 8601, or epoch seconds, always seconds. ``"1709283600000"`` (13 digits)

@@ -1,4 +1,4 @@
-"""The NDJSON export's only line breaks are the ones ending rows (issue 28, item 4).
+"""The NDJSON export's only line breaks are the ones ending rows.
 
 ``GET /v1/views/{view}/keys`` with ``Accept: application/x-ndjson`` wrote U+0085, U+2028 and U+2029
 raw inside keys: valid JSON, but a reader splitting lines on every Unicode line break (Python's

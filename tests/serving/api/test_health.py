@@ -20,7 +20,7 @@ import redis
 from deploy.settings import Settings
 from serving.store.heartbeat import SpeedHealth, short_error
 from serving.store.keys import Keys
-from tests.serving.test_metrics import master_with_versions, scrape, value
+from tests.serving.api.test_metrics import master_with_versions, scrape, value
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""A minimum or maximum of zero is ``0.0``, never ``-0.0``, in both parts and merged (issue 28, item 4).
+"""A minimum or maximum of zero is ``0.0``, never ``-0.0``, in both parts and merged.
 
 IEEE's ``-0.0 == 0.0``, so ``min`` and ``max`` keep whichever zero they met first: Spark's did
 for the batch part, the speed layer's fold for the realtime part, and the merge at query time

@@ -1,11 +1,11 @@
-"""Integers stay integers in answers (issue 7, item 11): a Sum over an int column answered ``2000.0``.
+"""Integers stay integers in answers: a Sum over an int column answered ``2000.0``.
 
 Counts are integral always; a sum, minimum or maximum is integral when its column's Spark type is
 (the batch run records which in the generation's metadata, ``integral:{view}``). Realtime parts
 arrive as floats; merged values of integral measures are ints again (exact below 2**53).
 
 Oracles are plain Python over the events sent: ``tests.oracle`` for payments, and sums / minima /
-maxima per shop (and hour) here for ``tests.serving.int_pipeline``. Every value is compared by
+maxima per shop (and hour) here for ``tests.support.int_pipeline``. Every value is compared by
 value *and* JSON type (``type(got) is type(want)``), in key answers (all time, one window, a
 range and its windows), ``explain`` parts and top-N entries; after a batch run alone and, in the
 slow tier, with the speed layer adding events on top of it.
@@ -29,7 +29,7 @@ from shared_logic.registry import load_pipeline
 from tests import oracle
 from tests.support import ingest_file, key_url
 
-PIPELINE = "tests.serving.int_pipeline"
+PIPELINE = "tests.support.int_pipeline"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 SHOPS = ("north", "south", "east")
 

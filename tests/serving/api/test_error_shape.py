@@ -1,4 +1,4 @@
-"""Every answer the API gives is the documented one (issue 7, bug 5), against the real app over HTTP.
+"""Every answer the API gives is the documented one, against the real app over HTTP.
 
 * FastAPI's own validation errors (``top?n=0``, a malformed time, a bad ``limit``) answered
   ``{"detail": [...]}``; now ``{"error", "detail"}`` like every other error, the detail naming the

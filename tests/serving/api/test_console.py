@@ -22,7 +22,7 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.serving.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
+from tests.serving.api.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 from tests.support import ingest_file, key_url, wait_for
 from tests.support.browser import field, load, raw, values
 

@@ -1,6 +1,6 @@
 """A small pipeline with integer columns, for tests: orders per shop, all time and per hour.
 
-Used as ``pipeline="tests.serving.int_pipeline"`` (a dotted module path, as a user's pipeline is).
+Used as ``pipeline="tests.support.int_pipeline"`` (a dotted module path, as a user's pipeline is).
 ``items`` and ``cents`` are integers; ``euros`` (cents / 100) is a float, so one view holds
 integral sums, minima and maxima beside a float sum.
 """

@@ -1,6 +1,6 @@
 """A small pipeline with a composite key, for tests: flights per route (origin, dest), all time and per hour.
 
-Used as ``pipeline="tests.serving.flights_pipeline"``. ``delay`` is an integer (minutes).
+Used as ``pipeline="tests.support.flights_pipeline"``. ``delay`` is an integer (minutes).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 
 from deploy.settings import Settings
 from tests import oracle
-from tests.serving.test_api import Published, publish, value_problems
+from tests.serving.api.test_api import Published, publish, value_problems
 from tests.support import key_url
 from tests.support.servers import ApiServer
 

@@ -1,4 +1,4 @@
-"""Ingest at the edges of what the master dataset can hold, over HTTP and from files (issue 7, bugs 2 and 3).
+"""Ingest at the edges of what the master dataset can hold, over HTTP and from files.
 
 * Times: an event time must lie in 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999Z once in
   UTC. ``0001-01-01T00:00:07+13:33`` and ``9999-12-31T23:59:59-01:00`` parse, but fall outside once
@@ -110,7 +110,7 @@ def test_file_ingest_locates_out_of_range_times_and_writes_nothing(make_settings
 
 def test_integers_outside_64_bits_are_422(api: Callable[..., Any]) -> None:
     order = {"shop": "s", "items": 1, "cents": 2**63, "event_time": "2024-03-01T09:00:00Z"}
-    with api(pipeline="tests.serving.int_pipeline", api_keys={KEY: ["ingest"]}) as server, \
+    with api(pipeline="tests.support.int_pipeline", api_keys={KEY: ["ingest"]}) as server, \
             httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
         assert_refused(client.post("/v1/events", json=[order]), 422, "index 0, field 'cents'", "64-bit")
         assert client.post("/v1/events", json=[{**order, "cents": 2**63 - 1}]).status_code == 202

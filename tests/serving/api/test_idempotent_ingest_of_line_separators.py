@@ -1,4 +1,4 @@
-"""Regression (issue 7, bug 1): ingest with an Idempotency-Key of events whose text holds a Unicode
+"""Ingest with an Idempotency-Key of events whose text holds a Unicode
 line separator.
 
 delta-rs writes U+0085, U+2028 and U+2029 unescaped in a commit's column statistics (and escapes the

@@ -5,7 +5,7 @@ other: its snapshot at the barrier, and the speed layer's input, whose ``_versio
 commit version the writer reported. Appends from both engines at once lose nothing and get
 distinct versions. Gold generations are seen, and not repeated, across engines. Spark's bulk
 ingest keeps the delta-rs ingest's semantics. Compaction by JVM Delta changes no row (the platform
-vacuums with delta-rs whatever the engine: tests/batch_layer/test_vacuum.py).
+vacuums with delta-rs whatever the engine: tests/batch_layer/master/test_vacuum.py).
 
 Oracle: the events the test itself appended (plain Python lists) and the versions the writers
 returned; nothing is compared with the code's own reading of the same table.

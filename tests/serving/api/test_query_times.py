@@ -1,4 +1,4 @@
-"""Times in queries: the two documented forms, exactly, and the supported range (issue 7, bugs 2 and 4).
+"""Times in queries: the two documented forms, exactly, and the supported range.
 
 ``window_start``, ``from`` and ``to`` take ISO 8601 or epoch seconds (at most 6 decimals), and
 nothing else. Regressions:

@@ -1,4 +1,4 @@
-"""The views routes on ``LeanRoute`` answer exactly as FastAPI's own handler does (issue 10, item 1).
+"""The views routes on ``LeanRoute`` answer exactly as FastAPI's own handler does.
 
 The oracle is FastAPI itself: a twin of the app whose views routes are declared again, argument
 for argument, on plain ``APIRoute``s and included with ``include_router`` as before

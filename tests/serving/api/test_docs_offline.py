@@ -1,4 +1,4 @@
-"""``/docs`` works without the network (issue 7, bug 8): every file the page needs comes from the server.
+"""``/docs`` works without the network: every file the page needs comes from the server.
 
 FastAPI's default page loaded Swagger UI's script and stylesheet from a CDN, so offline it stayed
 blank. The page is fetched from a running server; every ``src``/``href`` it references must be

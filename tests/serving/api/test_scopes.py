@@ -1,4 +1,4 @@
-"""The scopes, decided once, over the app ``serving.api.app.create_app`` really builds (issue 7, item 10).
+"""The scopes, decided once, over the app ``serving.api.app.create_app`` really builds.
 
 ``read``: the views and reading batch runs (``GET /v1/batch/runs``, ``GET /v1/batch/runs/{id}``);
 ``ingest``: ``POST /v1/events``; ``admin``: ``POST /v1/batch/runs``; open: probes, metrics, docs.

@@ -16,7 +16,7 @@ Two runs, bounded in examples (not in time):
   security of reads optional (``security: [{APIKey: []}, {}]``), so ``ignored_auth`` holds there
   too, and writes answer 401.
 
-NDJSON bodies are sent by a hook (``tests.serving.schemathesis_hooks``). Findings fixed on the way:
+NDJSON bodies are sent by a hook (``tests.serving.api.schemathesis_hooks``). Findings fixed on the way:
 positive data refused for an Idempotency-Key the document allowed (now its length and characters
 are in the document, and a malformed header is a 400), NDJSON bodies that could not be generated
 (now documented by their events), view names and measures that were plain strings (now ``enum``).
@@ -68,7 +68,7 @@ include-path = "/v1/events"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]
 """
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def schemathesis(base_url: str, tmp_path: Path, *args: str, checks: str = "all") -> subprocess.CompletedProcess[str]:
@@ -80,7 +80,7 @@ def schemathesis(base_url: str, tmp_path: Path, *args: str, checks: str = "all")
         "--checks", checks, "--max-examples", "12", "--seed", "20261123", "--workers", "1",
         "--request-timeout", "30", "--suppress-health-check", "all", *args,
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.serving.schemathesis_hooks",
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.serving.api.schemathesis_hooks",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     return subprocess.run(command, capture_output=True, text=True, timeout=540, cwd=tmp_path, env=env)
 

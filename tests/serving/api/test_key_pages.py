@@ -2,7 +2,7 @@
 
 A batch generation is published from real ingested events (``run_batch``), a realtime segment is
 written on top of it by the speed layer's own write code (``write_increments``, committed with
-``commit_processed``), and the composite-key test pipeline (``tests.serving.flights_pipeline``) is
+``commit_processed``), and the composite-key test pipeline (``tests.support.flights_pipeline``) is
 paged with a small limit. Halfway through, more events are ingested and a new generation is
 published (a flip). Checked against pandas over the events (never the code's own output):
 
@@ -43,7 +43,7 @@ from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 from tests.support import ingest_file
 
-PIPELINE = "tests.serving.flights_pipeline"
+PIPELINE = "tests.support.flights_pipeline"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 AIRPORTS = ["JFK", "LAX", "SFO", "ORD", "JAX", "X|Y", "B\\S", "Ünï"]
 ALL, HOURLY = "flights_by_route", "flights_by_route_hourly"
