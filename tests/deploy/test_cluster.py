@@ -34,6 +34,7 @@ from deltalake import DeltaTable
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from deploy.settings import Settings, load_settings
+from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.support import free_port, run_cli, wait_for
@@ -137,7 +138,7 @@ def _executors_by_worker(cluster: StandaloneCluster, app_id: str) -> dict[int, s
 
 
 def _batch_id(settings: Settings) -> int:
-    value = redis.Redis.from_url(str(settings.redis_url)).hget(f"lp:{{{PIPELINE}}}:speed", "batch_id")
+    value = redis.Redis.from_url(str(settings.redis_url)).hget(Keys(PIPELINE).speed, "batch_id")
     return -1 if value is None else int(value)
 
 

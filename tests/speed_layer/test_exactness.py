@@ -32,6 +32,7 @@ from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import run_batch
+from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.support.servers import RedisServer
@@ -105,9 +106,9 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
     import redis
 
     client = redis.Redis.from_url(settings.redis_url)
-    speed = client.hgetall("lp:{payments}:speed")
+    speed = client.hgetall(Keys("payments").speed)
     guard = {field.decode(): int(b) for field, b in
-             client.hgetall(f"lp:{{payments}}:guard:{speed[b'query'].decode()}").items()}
+             client.hgetall(Keys("payments").guard(speed[b"query"].decode())).items()}
     assert int(speed[b"processed"]) == committed
     assert max(guard.values()) > int(speed[b"batch_id"]), "no micro-batch was left half applied"
     # Its chunks (view:part:n) were written the way asked: by the driver, or by the tasks' partitions.
@@ -143,7 +144,7 @@ def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
 
     client = redis.Redis.from_url(settings.redis_url)
     deadline = time.monotonic() + timeout
-    while int(client.hget(f"lp:{{{settings.pipeline}}}:speed", "batch_id") or -1) < at_least:
+    while int(client.hget(Keys(settings.pipeline).speed, "batch_id") or -1) < at_least:
         assert time.monotonic() < deadline, "the speed layer made no progress"
         time.sleep(0.1)
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 def _dump(client: redis.Redis, generation: int) -> dict[bytes, object]:
     """Every key of a generation with its content (sorted sets with scores, hashes, sketch counts)."""
     state: dict[bytes, object] = {}
-    for key in client.scan_iter(match=f"lp:{{payments}}:g:{generation}:*"):
+    for key in client.scan_iter(match=f"{Keys('payments').generation_prefix(generation)}:*"):
         kind = client.type(key)
         if kind == b"zset":
             state[key] = client.zrange(key, 0, -1, withscores=True)
@@ -81,8 +81,8 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
     # The next clean run serves everything and drops what the killed run left behind.
     result = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
     assert int(client.get(keys.current)) == result.generation > served
-    leftovers = {k for k in client.scan_iter(match="lp:{payments}:g:*") if not k.startswith(
-        f"lp:{{payments}}:g:{result.generation}:".encode())}
+    leftovers = {k for k in client.scan_iter(match=f"{keys.prefix}:g:*") if not k.startswith(
+        f"{keys.generation_prefix(result.generation)}:".encode())}
     assert leftovers == set()
     counts = Counter(str(e["user_id"]) for e in first + second)
     stored = client.hgetall(keys.rows(result.generation, "spend_by_user"))
@@ -104,7 +104,7 @@ def test_redis_losing_its_data_after_the_barrier_refuses_the_flip(spark, make_se
     with injected("after-barrier", client.flushall), pytest.raises(PublishError, match="lost its data"):
         run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
     assert client.get(keys.current) is None
-    assert list(client.scan_iter(match="lp:{payments}:g:*")) == []
+    assert list(client.scan_iter(match=f"{keys.prefix}:g:*")) == []
 
     result = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)  # the next run publishes
     assert int(client.get(keys.current)) == result.generation

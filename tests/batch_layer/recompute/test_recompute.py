@@ -26,6 +26,7 @@ import redis
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import BatchRunResult, run_batch
 from deploy.settings import Settings
+from serving.store.keys import Keys
 from shared_logic.registry import load_pipeline
 from tests import oracle
 from tests.support import ingest_file
@@ -195,10 +196,10 @@ def test_second_ingest_and_batch_publish_a_new_generation(spark: Any, make_setti
     # Redis serves the new generation only; every key of the old one is gone.
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        assert client.get("lp:{payments}:current") == str(second.generation)
-        assert client.smembers("lp:{payments}:generations") == {str(second.generation)}
-        assert list(client.scan_iter(match=f"lp:{{payments}}:?:{first.generation}:*")) == []
-        assert list(client.scan_iter(match=f"lp:{{payments}}:?:{second.generation}:*"))
+        assert client.get(Keys("payments").current) == str(second.generation)
+        assert client.smembers(Keys("payments").generations) == {str(second.generation)}
+        assert list(client.scan_iter(match=f"{Keys('payments').prefix}:?:{first.generation}:*")) == []
+        assert list(client.scan_iter(match=f"{Keys('payments').prefix}:?:{second.generation}:*"))
     finally:
         client.close()
 

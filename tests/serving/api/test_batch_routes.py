@@ -23,6 +23,7 @@ import pyarrow as pa
 import redis
 from deltalake import DeltaTable
 
+from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
 from tests.support import ingest_texts, scheduler_thread
 
@@ -75,7 +76,7 @@ def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api
             assert stages[("publish", "word_counts")] == (done["rows"]["word_counts"], "rows")
 
             # The generation is served, and it is a barrier commit of the master dataset.
-            assert int(redis.Redis.from_url(settings.redis_url).get("lp:{wordcount}:current")) == generation
+            assert int(redis.Redis.from_url(settings.redis_url).get(Keys("wordcount").current)) == generation
             cdf = DeltaTable(str(settings.master_path)).load_cdf(starting_version=generation, ending_version=generation)
             assert pa.RecordBatchReader.from_stream(cdf).read_all().column("_kind").to_pylist() == ["barrier"]
             answer = client.get("/v1/views/word_counts/keys/the").json()
