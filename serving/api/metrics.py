@@ -154,11 +154,6 @@ class Snapshot:
     taken_at: float = field(default_factory=time.time)
 
 
-def _client(store: Any) -> Any:
-    """The store's async Redis client (public ``client`` if the store grows one)."""
-    return getattr(store, "client", None) or store._client
-
-
 class PlatformCollector(Collector):
     """Metrics of the speed and batch layers, read from Redis and the master's Delta log per scrape.
 
@@ -187,7 +182,7 @@ class PlatformCollector(Collector):
         return snapshot
 
     async def _read_redis(self, store: Any, registry: RunRegistry | None, snapshot: Snapshot) -> None:
-        client, keys = _client(store), store.keys
+        client, keys = store.client, store.keys
         pipe = client.pipeline(transaction=False)
         pipe.hgetall(keys.speed)
         pipe.get(keys.current)

@@ -11,7 +11,6 @@ open on a loopback address like every read (``serving.api.auth``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Annotated, Literal, TypeVar, overload
@@ -31,7 +30,6 @@ router = APIRouter(prefix="/v1/batch", tags=["batch"])
 #: Longest run id ``GET /v1/batch/runs/{run_id}`` takes (ids are 12 hexadecimal digits; 422 above).
 MAX_RUN_ID_CHARS = 64
 
-_build_lock = threading.Lock()
 T = TypeVar("T")
 
 
@@ -130,7 +128,7 @@ class BatchRunList(BaseModel):
     pipeline: str = Field(description="Pipeline the runs recompute.")
     active: str | None = Field(default=None, description="Id of the run queued or running now, if any.")
     schedulers: list[SchedulerStatus] = Field(
-        description="Scheduler processes alive. Empty: queued runs wait until one starts (`lambda-platform schedule`)."
+        description="Scheduler processes alive. Empty: queued runs wait until one starts (`lambda-platform batch schedule`)."
     )
     runs: list[BatchRunInfo] = Field(description="Runs, newest first.")
 
@@ -167,16 +165,8 @@ def _scheduler(info: SchedulerInfo) -> SchedulerStatus:
 
 
 def get_runs(request: Request) -> RunRegistry:
-    """The app's run registry: ``app.state.batch_runs`` if the app made one, else one built on first use
-    from the Redis URL the app serves from."""
-    state = request.app.state
-    runs = getattr(state, "batch_runs", None)
-    if runs is None:
-        with _build_lock:
-            runs = getattr(state, "batch_runs", None)
-            if runs is None:
-                url = getattr(state, "redis_url", None) or state.store._url
-                runs = state.batch_runs = RunRegistry.from_url(url, state.pipeline.name, fail_fast=True)
+    """The app's run registry (``create_app`` makes one per pipeline's app)."""
+    runs: RunRegistry = request.app.state.batch_runs
     return runs
 
 
