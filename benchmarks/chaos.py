@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/chaos.py                        # 50 faults (about 20-30 minutes on 2 cores)
     .venv/bin/python benchmarks/chaos.py --faults 100 --duration 3600
     .venv/bin/python benchmarks/chaos.py --faults 20 --kinds redis,up --keep
+    .venv/bin/python benchmarks/chaos.py --faults 10 --kinds speed --rate 20   # speed-layer restarts at the demo's rate
 
 What it does (tests/chaos/harness.py; the slow test tests/chaos/test_chaos.py runs the same with
 about 10 faults):
@@ -24,7 +25,9 @@ about 10 faults):
   to that oracle, and every live answer equal to the exact count at the version it named.
 
 It prints a summary table (faults by kind, acknowledged events, answers checked, violations
-with examples, recovery times, memory of each part) and exits 1 if any violation was found.
+with examples, recovery times, memory of each part, and how long the speed layer's starts took to
+reach each stage its log tells: Spark session, query started, first micro-batch, caught up) and
+exits 1 if any violation was found.
 Every process it started is killed at the end, also on Ctrl-C or an error. The data dir and
 logs are deleted unless --keep (or --work-dir) is given.
 """

@@ -11,10 +11,14 @@ or finding nothing new) is its success and clears the count; so does every commi
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -45,6 +49,69 @@ _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.Connecti
               "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError")
 #: How long the speed layer keeps trying to (re)start while Redis does not answer, before it gives up.
 _REDIS_AWAY_SECONDS = 120.0
+
+
+# --- start-up stages in the log: where a (re)start's seconds go, up to fresh answers ----------------------------
+def _process_age() -> float:
+    """Seconds since this process started (from /proc; elsewhere: since this module was loaded)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime (fields after the name)
+        with open("/proc/uptime", "rb") as f:
+            return max(0.0, float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_PROCESS_STARTED = time.time() - _process_age()
+
+
+def _since_start(at: float | None = None) -> float:
+    """Seconds from this process's start to ``at`` (epoch s; default now)."""
+    return (time.time() if at is None else at) - _PROCESS_STARTED
+
+
+def _tell_start(name: str, progresses: Sequence[Mapping[str, Any]], query_started: float, told: set[str]) -> bool:
+    """Log, once each, the query's first micro-batch and the trigger that caught up with the master (its micro-batch
+    reached the newest version there was, or there was nothing new: answers are fresh from then on), with the seconds
+    since the query and the process started. True once caught up, or 10 minutes on (nothing more to tell)."""
+    for progress in progresses:
+        durations = progress.get("durationMs") or {}
+        source = (progress.get("sources") or [{}])[0]
+        first, end, head = (_version(source.get(k)) for k in ("startOffset", "endOffset", "latestOffset"))
+        try:
+            done = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() + \
+                durations.get("triggerExecution", 0) / 1000
+        except (KeyError, AttributeError, ValueError):
+            done = time.time()
+        since = f"{done - query_started:.1f}s after the query started, {_since_start(done):.1f}s after the process started"
+        ran = "addBatch" in durations  # a micro-batch ran (the rows it read may count 0: the driver reads small ones)
+        if ran and "first" not in told:
+            told.add("first")
+            spent = sorted(((ms / 1000, part) for part, ms in durations.items() if part != "triggerExecution"),
+                           reverse=True)
+            log.info("speed layer of %s: first micro-batch (%s, versions after %s through %s) done %s (Spark's trigger "
+                     "%.1fs: %s)", name, progress.get("batchId"), first, end, since,
+                     durations.get("triggerExecution", 0) / 1000,
+                     ", ".join(f"{part} {seconds:.1f}s" for seconds, part in spent if seconds >= 0.05) or "-")
+        if not ran or (end is not None and head is not None and end >= head):  # a replay's progress has no head
+            log.info("speed layer of %s: caught up with the master%s %s", name,
+                     f" (micro-batch {progress.get('batchId')}, through version {end})" if ran else " (nothing new)",
+                     since)
+            return True
+    return time.time() - query_started > 600
+
+
+def _version(offset: object) -> int | None:
+    """The master version an offset in the query's progress names (either engine's source), if it names one."""
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    version = offset.get("version", offset.get("reservoirVersion")) if isinstance(offset, dict) else None
+    return version if isinstance(version, int) else None
+# --- end of start-up stages ---
 
 
 def _stop_after_trigger(query: StreamingQuery, wait_seconds: float = 120.0) -> None:
@@ -133,6 +200,7 @@ def run_speed_layer(
     from its checkpoint, in this process. Any other failure of the query is raised. Every failure,
     transient or not, is recorded in the speed hash first (``_Health``); a stop is not a failure.
     """
+    log.info("speed layer of %s: Spark session ready, %.1fs after the process started", pipeline.name, _since_start())
     health = _Health(redis_url, pipeline.name)
     try:
         _run(spark, settings, pipeline, redis_url, stop or threading.Event(), health)
@@ -148,10 +216,15 @@ def _run(spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, redis_u
     away_since: float | None = None
     while not stop.is_set():
         try:
+            began = time.time()
             layer = SpeedLayer(spark, settings, pipeline, redis_url=redis_url)
             if not _wait_until_ready(layer, stop):
                 return
+            ready = time.time()
             query = layer.start()
+            log.info("speed layer of %s: query started, %.1fs after the process started (%.1fs to open the master "
+                     "dataset and be ready to start, %.1fs for the query's identity, input and start)",
+                     pipeline.name, _since_start(), ready - began, time.time() - ready)
         except NothingServedError:
             continue  # the generation went away again since the wait (Redis lost its data)
         except (RedisError, RedisClusterException) as e:  # Redis restarting, a cluster electing a new master
@@ -162,8 +235,12 @@ def _run(spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, redis_u
             stop.wait(2.0)
             continue
         away_since = None
-        lost = succeeded = False
+        lost = succeeded = caught_up = False
+        query_started = time.time()
+        told: set[str] = set()
         while not stop.is_set() and query.isActive:
+            if not caught_up and query.lastProgress is not None:
+                caught_up = _tell_start(pipeline.name, query.recentProgress, query_started, told)
             if not succeeded and query.lastProgress is not None:  # a trigger completed: a micro-batch, or none due
                 succeeded = health.succeeded()
             try:
