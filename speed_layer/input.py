@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from batch_layer.master.object_store import table_uri
 from batch_layer.master.storage import SparkStorage
+from shared_logic.events import KIND_COLUMN
 from speed_layer.source import SOURCE_NAME, VERSION_COLUMN, MasterChangesSource, master_schema_option
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def master_changes(spark: SparkSession, master: MasterDataset, settings: SpeedCo
         spark.readStream.format(SOURCE_NAME)
         .option("path", table_uri(master.path))
         .option("schema_json", master_schema_option(master.schema))
+        .option("kind_column", KIND_COLUMN)
         .option("starting_version", str(starting))
         .option("max_versions_per_trigger", str(settings.speed_max_versions_per_trigger))
         .option("max_rows_per_trigger", str(settings.speed_max_rows_per_trigger or ""))

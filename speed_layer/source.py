@@ -23,7 +23,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from batch_layer.master.delta_log import Commit, DeltaLogError, change_feed, newest_version, read_commit
-from shared_logic.events import KIND_COLUMN
 
 VERSION_COLUMN = "_version"
 SOURCE_NAME = "lambda_master"
@@ -47,8 +46,13 @@ class _VersionRange(InputPartition):
 
 class MasterChangesSource(DataSource):
     """``spark.readStream.format("lambda_master")``. Options: ``path``, ``schema_json`` (Arrow schema of
-    the master dataset, as JSON list of [name, type]), ``starting_version`` (first version read is the
-    one after it), ``max_versions_per_trigger``, ``max_rows_per_trigger``, ``partitions``."""
+    the master dataset, as JSON list of [name, type]), ``kind_column`` (the column telling events from
+    barriers; default ``shared_logic.events.KIND_COLUMN``), ``starting_version`` (first version read is
+    the one after it), ``max_versions_per_trigger``, ``max_rows_per_trigger``, ``partitions``.
+
+    Spark runs this class in Python processes of its own, started anew with each query (its schema, its
+    planning of micro-batches): this module imports no more than they need. (``shared_logic`` would cost
+    each about 0.7 s of a restart on 2 busy cores, measured; hence ``kind_column`` as an option.)"""
 
     @classmethod
     def name(cls) -> str:
@@ -80,6 +84,7 @@ class MasterChangesReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.path = options["path"]
         self.schema = source_schema(_master_schema(options))
+        self.kind_column = options.get("kind_column") or _kind_column()
         self.starting_version = int(options.get("starting_version", "0"))
         self.max_versions = int(options.get("max_versions_per_trigger", "1000"))
         max_rows = options.get("max_rows_per_trigger")
@@ -139,7 +144,7 @@ class MasterChangesReader(DataSourceStreamReader):
             raise DeltaLogError(f"commit {first} of {self.path} is not in its Delta log: the speed layer cannot read "
                                 "it (log retention shorter than the speed layer's delay); start it fresh")
         self._newest = commits[-1].version
-        return {"version": commits[-1].version, SUMMARY: summarize(commits)}
+        return {"version": commits[-1].version, SUMMARY: summarize(commits, self.kind_column)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = start["version"] + 1, end["version"]
@@ -174,8 +179,16 @@ def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterato
             yield rows
 
 
-def summarize(commits: Sequence[Commit]) -> dict | None:
-    """What a micro-batch over ``commits`` holds, known from their statistics without reading a row:
+def _kind_column() -> str:
+    """``shared_logic.events.KIND_COLUMN``, for a caller that did not name the column (imported here only then)."""
+    from shared_logic.events import KIND_COLUMN
+
+    return KIND_COLUMN
+
+
+def summarize(commits: Sequence[Commit], kind_column: str | None = None) -> dict | None:
+    """What a micro-batch over ``commits`` holds, known from their statistics (of ``kind_column``, which tells
+    events from barriers) without reading a row:
     ``{"last": the highest version adding rows (None: no rows), "barriers": versions adding barrier rows,
     "first": the first version it reads, "rows": the rows it adds}``.
 
@@ -183,6 +196,7 @@ def summarize(commits: Sequence[Commit]) -> dict | None:
     with change data files or data-changing removes, an added file without ``numRecords``, or one whose
     ``_kind`` statistics do not say that all its rows are events or all barriers (min = max).
     """
+    kind_column = kind_column or _kind_column()
     last, barriers, total = None, [], 0
     for commit in commits:
         kinds = set()
@@ -199,7 +213,7 @@ def summarize(commits: Sequence[Commit]) -> dict | None:
             if rows == 0:
                 continue
             total += rows
-            low, high = stats.get("minValues", {}).get(KIND_COLUMN), stats.get("maxValues", {}).get(KIND_COLUMN)
+            low, high = stats.get("minValues", {}).get(kind_column), stats.get("maxValues", {}).get(kind_column)
             if low != high or low not in ("event", "barrier"):
                 return None
             kinds.add(low)
