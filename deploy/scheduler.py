@@ -18,8 +18,11 @@ without waiting for the schedule; a failed one is tried again after ``UNSERVED_R
 Between runs the scheduler compacts the master dataset's small files (``deploy.compactor``).
 
 Interval schedules tick at start and then every interval on a fixed grid; cron schedules tick at
-their next time. Ticks missed while a run overran, or due while another process's run was in
-progress, are dropped, not queued up: the next tick (or that run) covers them.
+their next time. A scheduler started again (killed, its code changed, `up` restarted) goes on with
+the grid of the last run that finished within an interval, instead of ticking at once: a recompute
+then would race the restart of the other parts (a speed layer's JVM and first micro-batch) for the
+CPU, after a run of a moment ago. Ticks missed while a run overran, or due while another process's
+run was in progress, are dropped, not queued up: the next tick (or that run) covers them.
 """
 
 from __future__ import annotations
@@ -232,7 +235,7 @@ def run_scheduler(
     schedule = parse_schedule(settings.batch_schedule)
     scheduler = BatchScheduler(spark, settings, pipeline, redis_url=redis_url, lease_seconds=lease_seconds)
     scheduler.schedule = schedule
-    scheduler.next_due = schedule.first_due(time.time()) if schedule else None
+    scheduler.next_due = _first_due(scheduler, schedule, time.time())
     log.info("batch scheduler %s for pipeline %s: %s; runs asked for over HTTP are picked up every %.1fs",
              scheduler.owner, pipeline.name, schedule.describe() if schedule else "no schedule (on-demand runs only)",
              poll_seconds)
@@ -257,6 +260,25 @@ def run_scheduler(
             pass
         scheduler.close()
         log.info("batch scheduler %s stopped", scheduler.owner)
+
+
+def _first_due(scheduler: BatchScheduler, schedule: Schedule | None, now: float) -> float | None:
+    """The first tick of a scheduler just started: an interval after the newest run of its pipeline that finished
+    (succeeded or skipped) within the last interval, else ``schedule.first_due`` (an interval schedule: now; a cron
+    one: its next time). A run that failed or was interrupted does not count: the first tick retries it at once."""
+    if schedule is None or schedule.interval is None:
+        return schedule.first_due(now) if schedule else None
+    try:
+        _, recent = scheduler.registry.recent(limit=20)
+    except redis.RedisError as e:  # Redis away at start: tick now, as without a record
+        log.debug("batch scheduler: no record of past runs (%s); the schedule starts now", e)
+        return schedule.first_due(now)
+    finished = [r.started_at for r in recent if r.started_at is not None and r.status in ("succeeded", "skipped")]
+    if not finished or now - max(finished) >= schedule.interval:
+        return schedule.first_due(now)
+    log.info("batch scheduler: the last run of %s started %.0fs ago; the schedule goes on from it (next run in %.0fs)",
+             scheduler.pipeline.name, now - max(finished), max(finished) + schedule.interval - now)
+    return max(finished) + schedule.interval
 
 
 def _unserved_with_data(scheduler: BatchScheduler) -> bool:

@@ -10,7 +10,8 @@
 * A run that fails is recorded as failed with the error.
 * ``run_now`` (for ``lambda-platform batch run``) is recorded and refuses while another process
   holds the lock or a run is queued.
-* Schedules: intervals and cron expressions (UTC), and clear messages for bad ones.
+* Schedules: intervals and cron expressions (UTC), and clear messages for bad ones; a scheduler started
+  again goes on with the grid of the last run that finished within an interval (no recompute at once).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -31,7 +33,7 @@ from batch_layer.errors import RunInProgressError
 from batch_layer.faults import injected
 from batch_layer.recompute.lock import RunLock
 from deploy.errors import ConfigError
-from deploy.scheduler import parse_schedule, run_now
+from deploy.scheduler import _first_due, parse_schedule, run_now
 from deploy.settings import Settings
 from serving.store.runs import RunConflictError
 from shared_logic.registry import load_pipeline
@@ -272,3 +274,22 @@ def test_bad_schedules_say_what_is_wrong(text: str, message: str) -> None:
 def test_a_bad_schedule_stops_at_settings_load(make_settings) -> None:
     with pytest.raises(ConfigError, match="LAMBDA_BATCH_SCHEDULE"):
         make_settings(batch_schedule="every 5 minutes")
+
+
+def test_a_restarted_scheduler_goes_on_with_the_grid_of_the_last_finished_run(make_settings) -> None:
+    """No recompute at once after a run of a moment ago (it would race the other parts' restart for the CPU);
+    after a failed run, or none within an interval, the first tick is at once."""
+    settings = make_settings(batch_schedule="1h")
+    runs = registry(settings)
+    scheduler = SimpleNamespace(registry=runs, pipeline=load_pipeline(settings.pipeline))
+    hourly, now = parse_schedule("1h"), time.time()
+    assert _first_due(scheduler, hourly, now) == now, "no run yet: at once"
+    failed, _ = runs.claim("test", lease_seconds=15, queued=False)
+    runs.finish(failed.id, "failed", error="boom")
+    assert _first_due(scheduler, hourly, now) == now, "a failed run: retried at once"
+    done, _ = runs.claim("test", lease_seconds=15, queued=False)
+    finished = runs.finish(done.id, "succeeded")
+    assert finished is not None and finished.started_at is not None
+    started = finished.started_at
+    assert _first_due(scheduler, hourly, started + 1) == started + 3600, "the grid goes on"
+    assert _first_due(scheduler, hourly, started + 3601) == started + 3601, "an interval on: at once"
