@@ -2,7 +2,11 @@
 
 Each child is a ``lambda-platform`` command (or the embedded Redis server) with its output
 appended to ``DATA_DIR/logs/<name>.log`` (a private file, 0600, in a private folder). A child that exits is restarted after an exponential
-backoff (0.5 s doubling to 30 s, reset once it has stayed up for a minute). ``stop`` ends the
+backoff (0.5 s doubling to 30 s, reset once it has stayed up for a minute). A child ended from outside (SIGKILL,
+SIGTERM, SIGINT or SIGHUP: an operator, the OOM killer, a chaos test) after it had been up ``_KILLED_AFTER`` s is
+no crash loop: it is restarted after the shortest delay, and its backoff starts over. (Otherwise a part killed
+every minute or so waits up to 30 s more each time before it even starts: a speed layer's answers stay stale
+that much longer.) ``stop`` ends the
 children in two steps: first every child not marked ``stop_last``, all at once (each finishes its
 own work in parallel, so a stop takes as long as the slowest child, not the sum), then the
 ``stop_last`` ones (e.g. Redis, which the others write to until they exit) in reverse start order.
@@ -36,6 +40,10 @@ from serving.store.heartbeat import short_error
 log = logging.getLogger(__name__)
 
 _BACKOFF_MAX, _STABLE_AFTER = 30.0, 60.0
+#: Signals that end a process from outside, not a failure of its own (an exit status, SIGSEGV, SIGABRT).
+_FROM_OUTSIDE = frozenset({-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
+#: A child ended from outside sooner than this after its start (again and again, say) backs off like a failing one.
+_KILLED_AFTER = 5.0
 #: The supervisor's record of its children, in their log folder.
 STATE_FILE = "children.json"
 #: How much of a child's log is read for its last error line.
@@ -226,7 +234,8 @@ class Supervisor:
             if child.next_start == 0.0:
                 changed = True
                 up_for = now - child.started_at
-                if up_for > _STABLE_AFTER:
+                killed = child.process.returncode in _FROM_OUTSIDE and up_for > _KILLED_AFTER
+                if up_for > _STABLE_AFTER or killed:
                     child.restarts = 0
                 child.record_exit(up_for)
                 delay = min(_BACKOFF_MAX, 0.5 * 2 ** child.restarts)

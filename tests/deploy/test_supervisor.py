@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import deploy.supervisor as supervisor_module
 from deploy.supervisor import Child, Supervisor
 
 
@@ -99,3 +101,29 @@ def test_children_are_recorded_with_failures_and_last_error_and_a_code_change_is
     finally:
         supervisor.stop(grace=5)
     assert read_children(tmp_path) is None and not (tmp_path / "children.json").exists()
+
+
+def test_a_child_killed_from_outside_restarts_without_growing_backoff(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL from outside (an operator, the OOM killer, a chaos test) is no crash loop: the backoff starts over."""
+    monkeypatch.setattr(supervisor_module, "_KILLED_AFTER", 0.2)  # up longer than this when killed
+    child = _child("killed", "import time; time.sleep(600)", tmp_path)
+    supervisor = Supervisor([child])
+    supervisor.start()
+    try:
+        for kill in range(4):
+            deadline = time.monotonic() + 30
+            while not (child.running and child.total_restarts == kill) and time.monotonic() < deadline:
+                supervisor.watch_once()
+                time.sleep(0.05)
+            time.sleep(0.3)
+            assert child.process is not None and child.running, f"not restarted after kill {kill}"
+            os.kill(child.process.pid, signal.SIGKILL)
+            child.process.wait(10)
+        while not child.running and time.monotonic() < deadline:
+            supervisor.watch_once()
+            time.sleep(0.05)
+        assert child.total_restarts == 4 and child.restarts == 1, "each kill: one restart, the backoff reset"
+        assert child.failures == 4, "killed ones still count as failures for status"
+    finally:
+        supervisor.stop(grace=5)
