@@ -384,6 +384,26 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
+def _stop_spark(timeout: float = 60.0) -> None:
+    """Stop this process's Spark, if it started one, and wait for its JVM to exit: the JVM's output goes to a
+    log file, not to the command's own stdout, so nothing else makes the command outlive it; a cluster then
+    lists the application as finished by the time the command returns."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+    try:
+        if context is not None:
+            context.stop()
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            process.stdin.close()  # the JVM exits when its stdin closes (PySpark's gateway protocol)
+            process.wait(timeout)
+    except Exception as e:  # exiting either way; say why the JVM may outlive the command
+        log.warning("Spark did not stop cleanly: %s", e)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point.
 
@@ -392,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command's real exit status.
     """
     code = run(argv)
+    _stop_spark()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
