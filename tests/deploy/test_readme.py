@@ -557,7 +557,9 @@ def test_command_line_summary_matches_the_parser() -> None:
 
 def test_make_targets() -> None:
     for target, runs in (("run", ".venv/bin/lambda-platform up"), ("test", ".venv/bin/python -m pytest")):
-        done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        # as a newcomer types it: not as a sub-make of `make test` (MAKELEVEL would add "Leaving directory" lines)
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        done = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
         assert runs in done.stdout.splitlines()[-1], done.stdout
 
