@@ -396,6 +396,10 @@ def _stop_spark(timeout: float = 60.0) -> None:
     try:
         if context is not None:
             context.stop()
+        if gateway is not None:
+            # Marks the client disconnected first: a JavaObject collected after the JVM exits then sends
+            # nothing, where it would log a Py4JNetworkError traceback on the command's stderr.
+            gateway.shutdown()
         process = getattr(gateway, "proc", None)
         if process is not None:
             process.stdin.close()  # the JVM exits when its stdin closes (PySpark's gateway protocol)
