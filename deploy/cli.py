@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.errors import BatchLayerError
+from deploy.class_archive import adopt_archive
 from deploy.code_watch import EXIT_CODE_CHANGED, CodeWatch
 from deploy.console import configure_logging, console, out, progress
 from deploy.errors import ApiError, DeployError
@@ -404,6 +405,7 @@ def _stop_spark(timeout: float = 60.0) -> None:
         if process is not None:
             process.stdin.close()  # the JVM exits when its stdin closes (PySpark's gateway protocol)
             process.wait(timeout)
+            adopt_archive()
     except Exception as e:  # exiting either way; say why the JVM may outlive the command
         log.warning("Spark did not stop cleanly: %s", e)
 

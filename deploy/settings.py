@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     spark_ivy_dir: Path = Field(
         Path("~/.cache/lambda-platform/ivy"), description="Ivy cache for Spark's jars (delta-spark), shared by every run."
     )
+    spark_class_archive_dir: Path | None = Field(
+        Path("~/.cache/lambda-platform/cds"), description="Class-data-sharing archives of the Spark driver JVM's "
+        "classes, written by the first command that exits and mapped by later JVMs (start-up about 2x faster); "
+        "empty: off."
+    )
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")
     redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per HSET when publishing a generation.")
@@ -161,6 +166,11 @@ class Settings(BaseSettings):
     @classmethod
     def _check_api_keys(cls, value: object) -> object:
         return check.api_keys(value)
+
+    @field_validator("spark_class_archive_dir", mode="before")
+    @classmethod
+    def _empty_is_off(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("batch_schedules", "spark_conf", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from deploy.class_archive import archive_options
 from deploy.console import console
 from deploy.settings import private_dir
 from deploy.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
@@ -103,6 +104,10 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     builder = _bound_memory(builder)  # before any operator-given settings, so those win
     for key, value in {**_cluster_conf(settings), **_operator_conf(settings, ui=ui), **settings.spark_conf}.items():
         builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
+    sharing = archive_options(settings.spark_class_archive_dir, builder._options)
+    if sharing:
+        options = builder._options.get("spark.driver.extraJavaOptions", "")
+        builder = builder.config("spark.driver.extraJavaOptions", f"{options} {sharing}".strip())
     if log_file is not None:
         _start_jvm(builder, log_file, echo=echo)
     spark = builder.getOrCreate()

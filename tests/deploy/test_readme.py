@@ -739,7 +739,9 @@ def tutorial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tutorial]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_") and k != "VIRTUAL_ENV"}
     env.update({"HOME": str(home), "LAMBDA_HTTP_PORT": str(port), "LAMBDA_SPARK_MASTER": "local[2]",
                 "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2", "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5",
-                "LAMBDA_BATCH_SCHEDULE": QUIET_SCHEDULE, "LAMBDA_GENERATE_RATE": "0.5"})
+                "LAMBDA_BATCH_SCHEDULE": QUIET_SCHEDULE, "LAMBDA_GENERATE_RATE": "0.5",
+                # the suite's class-data-sharing archive, not one in the new HOME: its JVMs start as fast as the others
+                "LAMBDA_SPARK_CLASS_ARCHIVE_DIR": str(Settings.model_fields["spark_class_archive_dir"].default.expanduser())})
     log = tmp / "shell.log"
     script = "\n".join(c.text for c in (*byop[:-1], *several))
     with log.open("w") as out:
