@@ -53,6 +53,7 @@ def instrument(spark: Any) -> None:
     from batch_layer.master.delta_rs import DeltaRsEngine
     from batch_layer.recompute import job as recompute
     from batch_layer.recompute import publish
+    from serving.store.generations import Generations
 
     STEPS.wrap(MasterDataset, "append_barrier", "1 barrier append (delta-rs commit)")
     STEPS.wrap(MasterDataset, "snapshot", "2 snapshot (delta log, file list, Spark plan)")
@@ -60,9 +61,9 @@ def instrument(spark: Any) -> None:
     STEPS.wrap(DataFrameWriter, "parquet", "3.1  of which Spark job: scan+aggregate+write parquet")
     STEPS.wrap(DeltaRsEngine, "commit_files", "3.2  of which delta-rs commit_files (gold Delta commit)")
     STEPS.wrap(recompute, "redis_client", "4 redis: client + begin + flip")
-    STEPS.wrap(publish, "begin", "4 redis: client + begin + flip")
+    STEPS.wrap(Generations, "begin", "4 redis: client + begin + flip")
     STEPS.wrap(publish, "load_view", lambda rows, view, **k: f"5 redis load {view.name} (load_view)")
-    STEPS.wrap(publish, "flip", "4 redis: client + begin + flip")
-    STEPS.wrap(publish, "drop_stale", "7 redis drop_stale (SCAN + UNLINK of the previous generation)")
+    STEPS.wrap(Generations, "flip", "4 redis: client + begin + flip")
+    STEPS.wrap(Generations, "drop_stale", "7 redis drop_stale (SCAN + UNLINK of the previous generation)")
     STEPS.wrap(type(spark.range(1)), "count", "6 events.count() (another scan of the snapshot)")
 

@@ -16,11 +16,12 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
     """A bare FastAPI app: ``GET /bare/{key}`` = one HGET of the key's row in the served generation.
 
     The generation pointer is read once at startup (the bare endpoint does one Redis read per
-    request). The Redis client has the options ``serving.api.view_reader.ServingStore`` uses.
+    request). The Redis client has the options ``serving.store.reader.ServingStore`` uses.
     """
     from fastapi import FastAPI, HTTPException
 
     from serving.store.connection import async_redis_client
+    from serving.store.generation_meta import measures_field
     from serving.store.keys import Keys
 
     url = redis_url or os.environ["BENCH_REDIS_URL"]
@@ -32,7 +33,7 @@ def bare_app(redis_url: str | None = None, pipeline: str = PIPELINE, view: str =
         generation = await client.get(keys.current)
         if generation is None:
             raise RuntimeError("no generation is published")
-        layout = await client.hget(keys.meta(int(generation)), f"measures:{view}")
+        layout = await client.hget(keys.meta(int(generation)), measures_field(view))
         state["client"], state["rows"] = client, keys.rows(int(generation), view)
         state["count"] = json.loads(layout).index("count")
         try:

@@ -42,7 +42,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.redis_cluster import LocalRedisCluster
 from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
-from serving.api.view_reader import ServingStore
+from serving.store.reader import ServingStore
 from shared_logic import load_pipeline
 
 STORES = ("one Redis", "3-master cluster")

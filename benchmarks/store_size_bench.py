@@ -6,8 +6,8 @@
 No Spark: for each size a fresh embedded Redis (the platform's, ``deploy.redis_server``: AOF on)
 gets one generation of the wordcount pipeline's ``word_counts`` view (key ``word``, one Count)
 written the way ``batch_layer.recompute.publish`` lays a generation out: one hash field per row
-holding the row's parts as a JSON array, under ``Keys.rows``, then ``publish.begin`` / ``flip``
-with the generation's metadata. Key names come from ``serving.store.keys.Keys`` only.
+holding the row's parts as a JSON array, under ``Keys.rows``, then the store's ``Generations.begin`` /
+``flip`` with the generation's record. Key names come from ``serving.store.keys.Keys`` only.
 
 Measured per size:
 
@@ -112,17 +112,17 @@ def _load(client: Any, hash_key: str, rows: int, value: Any) -> None:
 
 def publish_generation(client: Any, rows: int, generation: int = 1) -> None:
     """One served generation of ``rows`` rows, laid out as the batch publish lays it out."""
-    from batch_layer.recompute import publish
-    from serving.store.generations import ensure_epoch
+    from serving.store.generation_meta import GenerationMeta
+    from serving.store.generations import Generations
     from serving.store.keys import Keys
 
-    keys = Keys(PIPELINE)
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, generation, epoch)
-    _load(client, keys.rows(generation, VIEW), rows, lambda i: json.dumps([_count(i)], separators=(",", ":")))
-    meta = {"run_id": "store-size-bench", "computed_at": time.time(), "events": rows, f"rows:{VIEW}": rows,
-            f"measures:{VIEW}": [MEASURE], f"integral:{VIEW}": [MEASURE]}
-    if not publish.flip(client, keys, generation, epoch, meta):
+    store = Generations(client, Keys(PIPELINE))
+    epoch = store.ensure_epoch()
+    store.begin(generation, epoch)
+    _load(client, store.keys.rows(generation, VIEW), rows, lambda i: json.dumps([_count(i)], separators=(",", ":")))
+    meta = GenerationMeta(run_id="store-size-bench", computed_at=time.time(), events=rows, rows={VIEW: rows},
+                          measures={VIEW: [MEASURE]}, integral={VIEW: [MEASURE]})
+    if not store.flip(generation, epoch, meta):
         raise SystemExit("the generation was not flipped: is another one served in this Redis?")
 
 
@@ -152,7 +152,7 @@ async def _reads(url: str, rows: int, seconds: float, concurrency: int, seed: in
                  cpu: Callable[[], float]) -> tuple[list[float], int, float, float]:
     """Random-key reads through ServingStore.read for ``seconds`` after a 1 s warm-up at the same
     concurrency; (latencies s, wrong answers, wall s, ``cpu()`` seconds over the timed part)."""
-    from serving.api.view_reader import ServingStore
+    from serving.store.reader import ServingStore
 
     store = ServingStore(url, PIPELINE)
     rng = random.Random(seed)

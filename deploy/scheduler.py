@@ -43,6 +43,7 @@ from batch_layer.recompute.lock import RunLock
 from batch_layer.recompute.stages import StageRecord
 from deploy.compactor import MasterCompactor
 from deploy.schedule import Schedule, check_schedule, parse_schedule
+from serving.store.errors import StoreUnavailableError
 from serving.store.generations import served_generation
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
@@ -270,7 +271,7 @@ def _first_due(scheduler: BatchScheduler, schedule: Schedule | None, now: float)
         return schedule.first_due(now) if schedule else None
     try:
         _, recent = scheduler.registry.recent(limit=20)
-    except redis.RedisError as e:  # Redis away at start: tick now, as without a record
+    except StoreUnavailableError as e:  # Redis away at start: tick now, as without a record
         log.debug("batch scheduler: no record of past runs (%s); the schedule starts now", e)
         return schedule.first_due(now)
     finished = [r.started_at for r in recent if r.started_at is not None and r.status in ("succeeded", "skipped")]

@@ -29,9 +29,10 @@ from deploy.redis_server import embedded_redis_url
 from deploy.settings import Settings
 from deploy.supervisor import read_children
 from serving.store.connection import is_cluster, redis_client
+from serving.store.errors import StoreUnavailableError
+from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
-from serving.store.replies import text
 from serving.store.runs import RunRegistry
 from shared_logic.registry import load_pipeline
 
@@ -181,6 +182,8 @@ def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | Non
             parts[name] = probe()
         except (redis.RedisError, OSError, ValueError) as e:
             parts[name] = Part(name, False, f"cannot read it from Redis: {e}")
+        except StoreUnavailableError as e:  # the registry's reads: the Redis error is the cause
+            parts[name] = Part(name, False, f"cannot read it from Redis: {e.__cause__ or e}")
         if name == "batch layer":
             served = parts[name].facts.get("generation")
 
@@ -190,9 +193,9 @@ def _served(client: redis.Redis, keys: Keys, logic: str) -> Part:
     if value is None:
         return Part("batch layer", False, "nothing published yet: no batch generation is served")
     served = int(value)
-    computed = float(client.hget(keys.meta(served), "computed_at") or 0)
-    age = f", computed {time.time() - computed:.0f}s ago" if computed else ""
-    served_logic = text(client.hget(keys.meta(served), "logic") or b"")
+    meta = GenerationMeta.from_hash(client.hgetall(keys.meta(served)))
+    age = f", computed {time.time() - meta.computed_at:.0f}s ago" if meta.computed_at else ""
+    served_logic = meta.logic
     detail = f"serving generation {served}{age}, logic {served_logic or 'unrecorded'}"
     if logic and served_logic != logic:
         detail += f"; this pipeline code is logic {logic}: a recompute under it is pending"

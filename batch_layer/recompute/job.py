@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from batch_layer.errors import PublishError, StorageError
+from batch_layer.errors import StorageError
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
@@ -29,9 +29,9 @@ from batch_layer.recompute.gold import prune_generations, write_generation
 from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import ensure_epoch
+from serving.store.generation_meta import GenerationMeta
+from serving.store.generations import Generations
 from serving.store.keys import row_parts
-from serving.store.logic import claim_segment, satisfy_waiting
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -86,10 +86,11 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     master = MasterDataset(settings.master_uri, pipeline, engine)
     keys = store_keys(pipeline.name, redis_url)
     with redis_client(redis_url) as client:  # closed also when the run fails
+        store = Generations(client, keys)
         # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may
         # have served versions above it before the loss, so the flip must refuse this generation. (A
         # loss between the two is refused too: harmless, the next run publishes.)
-        epoch = ensure_epoch(client, keys)
+        epoch = store.ensure_epoch()
         with stages.stage("barrier") as barrier:
             generation = barrier.count = master.append_barrier(run_id)
         log.info("run %s: barrier appended; recomputing %s at master version %d", run_id, pipeline.name, generation)
@@ -98,7 +99,8 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
             events = master.snapshot(spark, generation)
             event_count = snapshot.count = events.count()
         rows = pipeline.transform(events)
-        publish.begin(client, keys, generation, epoch)
+        with publish.refusals():
+            store.begin(generation, epoch)
 
         view_rows: dict[str, int] = {}
         for view in pipeline.views:
@@ -115,24 +117,18 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
             view_rows[view.name] = gold.rows
 
         fault_point("before-flip")
-        meta = {"run_id": run_id, "computed_at": time.time(), "events": event_count, "logic": pipeline.logic}
-        meta.update({f"rows:{name}": n for name, n in view_rows.items()})
-        meta.update({f"measures:{view.name}": row_parts(view) for view in pipeline.views})
-        meta.update({f"integral:{view.name}": integral_parts(view, rows) for view in pipeline.views})
-        meta.update({f"view:{view.name}": repr(view) for view in pipeline.views})
-        with stages.stage("flip") as flip:
-            held = claim_segment(client, keys, generation, pipeline.logic)
-            if held is not None:  # the speed layer runs other code: serving both would mix two logics
-                raise PublishError(
-                    f"generation {generation} of {pipeline.name!r} was computed under logic {pipeline.logic}, but its "
-                    f"realtime segment holds {held}: the speed layer runs other pipeline code than this batch run. "
-                    "Run every part with the same code; nothing was flipped")
-            flipped = publish.flip(client, keys, generation, epoch, meta)
+        meta = GenerationMeta(
+            run_id=run_id, computed_at=time.time(), events=event_count, logic=pipeline.logic, rows=view_rows,
+            measures={view.name: row_parts(view) for view in pipeline.views},
+            integral={view.name: integral_parts(view, rows) for view in pipeline.views},
+            views={view.name: repr(view) for view in pipeline.views},
+        )
+        with stages.stage("flip") as flip, publish.refusals():
+            flipped = store.flip(generation, epoch, meta)
             flip.count = generation if flipped else None
         if flipped:
             log.info("run %s: now serving generation %d", run_id, generation)
-            satisfy_waiting(client, keys, pipeline.logic)
-            publish.drop_stale(client, keys)
+            store.drop_stale()
             _prune_gold(settings, pipeline, generation)
         else:
             log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)

@@ -1,55 +1,37 @@
-"""Publishing a generation: load gold rows into Redis from the executors, then flip the pointer.
+"""Publishing a generation: load gold rows into Redis from the executors; the store flips them in.
 
-Loading writes only keys under ``lp:p:g:{V}:``, which no reader looks at until the flip; the
-flip is one Lua call that moves ``lp:p:current`` to V only if V is newer than what is served.
-A run that dies before the flip leaves the served generation untouched; its partial keys are
-dropped by the next successful publish.
+Loading writes only keys under ``lp:p:g:{V}:``, which no reader looks at until the flip. The
+generation's lifecycle around the load (begin, flip, drop stale) is the store's
+(``serving.store.generations.Generations``); ``refusals`` turns its refusals into PublishError.
 
 On a bucketed store (Redis Cluster) each bucket's rows are loaded beside its data and the flip
 is one such call per bucket, then one on the global pointer. Every bucket is complete before any
 pointer names V, so a reader that resolves V in a bucket finds all of V there; a reader of
 several buckets (top-N) checks that they answered at the same generation and version, and asks
-again when a flip fell between them (``serving.api.view_reader``): it never mixes generations.
+again when a flip fell between them (``serving.store.reader``): it never mixes generations.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import logging
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import redis
-from redis.typing import EncodableT
 
 from batch_layer.errors import PublishError
 from serving.store import hyperloglog, packed
 from serving.store.columns import bucket_name_column, key_column, row_value_column, suffix_column
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import delete_prefix, epoch_marker, read_epoch, served_generation
+from serving.store.errors import GenerationLostError, LogicConflictError, StoreUnavailableError
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-
-log = logging.getLogger(__name__)
-
-_FLIP = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -2 end
-local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local generation = tonumber(ARGV[2])
-if generation <= current then return current end
-redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-redis.call('SET', KEYS[1], ARGV[2])
-return generation
-"""
-
 
 _HASH, _ENTRY, _SKETCH, _MEMBERS = "_hash", "_entry", "_sketch", "_members"
 
@@ -156,58 +138,11 @@ def _sketch_commands(spec: _LoadSpec, batch: pa.RecordBatch) -> tuple[np.ndarray
     return every[order], [sets[j] for j in order.tolist()]
 
 
-def begin(client: redis.Redis, keys: Keys, generation: int, epoch: str) -> None:
-    """Record that ``generation`` is being loaded (so a dead run's keys get dropped).
-
-    ``epoch`` is the marker the run read before its barrier; raises PublishError at once when
-    Redis lost its data since (the flip would refuse the generation anyway).
-    """
-    if read_epoch(client, keys) != epoch:
-        raise PublishError(f"Redis lost its data after generation {generation} of {keys.pipeline!r} began "
-                           "(its epoch marker changed): nothing was loaded; run the batch again")
-    client.sadd(keys.generations, generation)
-
-
-def flip(client: redis.Redis, keys: Keys, generation: int, epoch: str, meta: Mapping[str, object]) -> bool:
-    """Serve ``generation`` from now on, atomically, unless a newer one is already served.
-
-    Bucketed: every bucket's pointer first, then the global one (``served_generation``). Refused
-    (PublishError) when an epoch marker is not the one in ``epoch``: that Redis lost data during
-    the load, so the loaded generation may be incomplete there.
-    """
-    args: list[EncodableT] = [generation]
-    for name, value in {**meta, "version": generation, "published_at": time.time()}.items():
-        args += [name, value if isinstance(value, (int, float, str)) else json.dumps(value)]
-    served = generation
-    for where in reversed(keys.every_prefix()):  # the global pointer last
-        try:
-            served = int(client.eval(_FLIP, 3, where.current, where.meta(generation), where.epoch,
-                                     epoch_marker(where, epoch), *args))
-        except redis.RedisError as e:
-            raise PublishError(f"cannot flip the served generation of {keys.pipeline!r} to {generation}: {e}") from e
-        if served == -2:
-            raise PublishError(f"Redis lost its data while generation {generation} of {keys.pipeline!r} was loading "
-                               f"(epoch marker {where.epoch} changed); nothing more was flipped: run the batch again")
-    return served == generation
-
-
-def drop_stale(client: redis.Redis, keys: Keys) -> dict[str, list[int]]:
-    """Delete every generation and realtime segment older than the served generation.
-
-    Safe while readers and the speed layer run: readers only touch the served generation and its
-    segment (atomically, in Lua), and the speed layer's writes skip segments below the pointer.
-    """
-    served = served_generation(client, keys)
-    if served is None:
-        return {}
-    dropped: dict[str, list[int]] = {}
-    for index, kind in ((keys.generations, "g"), (keys.segments, "s")):
-        stale = sorted(g for g in (int(x) for x in client.smembers(index)) if g < served)
-        for number in stale:
-            for where in keys.every_prefix():
-                delete_prefix(client, where.generation_prefix(number) if kind == "g" else where.segment_prefix(number))
-            client.srem(index, number)
-        dropped[index.rsplit(":", 1)[-1]] = stale
-    if any(dropped.values()):
-        log.info("dropped stale data of %s below generation %d: %s", keys.pipeline, served, dropped)
-    return dropped
+@contextmanager
+def refusals() -> Iterator[None]:
+    """The store's refusals of a generation (Redis lost its data, a segment of other logic, a failed flip) as
+    PublishError, with the store's reason."""
+    try:
+        yield
+    except (GenerationLostError, LogicConflictError, StoreUnavailableError) as e:
+        raise PublishError(str(e)) from e

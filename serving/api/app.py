@@ -20,14 +20,15 @@ from batch_layer.master.dataset import MasterDataset
 from serving.api.auth import require
 from serving.api.console import install_console
 from serving.api.docs import install_docs
-from serving.api.errors import ConfigurationError, ServingError
+from serving.api.errors import ConfigurationError, ServingError, UnavailableError
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
 from serving.api.openapi import document_server
 from serving.api.pipelines import mount_pipelines
 from serving.api.routes import batch, events, health, views
-from serving.api.view_reader import ServingStore
+from serving.store.errors import StoreUnavailableError
+from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.event_values import ECHO_LIMIT, clip, echo
@@ -149,6 +150,10 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status >= 500:
             log.warning("answering %d: %s", exc.status, exc)
         return _error(exc.status, exc, exc.headers)
+
+    @app.exception_handler(StoreUnavailableError)
+    async def _store_unavailable(request: Request, exc: StoreUnavailableError) -> JSONResponse:
+        return await _serving(request, UnavailableError.from_store(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

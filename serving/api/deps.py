@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from serving.api.view_reader import ServingStore
+from serving.store.reader import ServingStore
 from shared_logic.pipeline import Pipeline
 
 

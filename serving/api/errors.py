@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from serving.store.errors import StoreUnavailableError
+
 
 class ServingError(Exception):
     """Root of every error raised by serving. ``status`` is the HTTP status it answers with;
@@ -30,6 +32,12 @@ class UnavailableError(ServingError):
     """The platform cannot answer correctly right now (Redis unreachable, nothing published)."""
 
     status = 503
+
+    @classmethod
+    def from_store(cls, error: StoreUnavailableError) -> UnavailableError:
+        """The store's refusal, with its reason (and ``Retry-After`` when it gave one)."""
+        retry = None if error.retry_after is None else {"Retry-After": str(error.retry_after)}
+        return cls(str(error), headers=retry)
 
 
 class ConflictError(ServingError):

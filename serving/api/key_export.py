@@ -30,8 +30,8 @@ from starlette.responses import StreamingResponse
 
 from serving.api.key_pages import Listing, every_page
 from serving.api.models import KeyEntry
-from serving.api.view_reader import ServingStore
 from serving.store.keys import decode_key
+from serving.store.reader import ServingStore
 
 CSV, NDJSON = "text/csv", "application/x-ndjson"
 FORMATS = (CSV, NDJSON)

@@ -54,8 +54,9 @@ from serving.api.cursor_body import cursor_fields
 from serving.api.errors import BadQueryError, ConflictError, UnavailableError
 from serving.api.models import KeyEntry, KeyPage, WindowSpan
 from serving.api.queries import MAX_KEY_CHARS, integral_measures, read_items, row_value, span
-from serving.api.view_reader import Generation, KeyListing, ServingStore
 from serving.store.keys import decode_key, encode_key, suffix
+from serving.store.reader import ServingStore
+from serving.store.reads import Generation, KeyListing
 from shared_logic.event_values import echo
 from shared_logic.views import View
 

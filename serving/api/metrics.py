@@ -40,6 +40,8 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.store.errors import StoreUnavailableError
+from serving.store.generation_meta import COMPUTED_AT
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.runs import BatchRun, RunRegistry
 
@@ -172,7 +174,7 @@ class PlatformCollector(Collector):
             try:
                 runs = getattr(app.state, "batch_runs", None)
                 await asyncio.wait_for(self._read_redis(store, runs, snapshot), SCRAPE_TIMEOUT)
-            except (RedisError, OSError, asyncio.TimeoutError) as e:
+            except (RedisError, OSError, asyncio.TimeoutError, StoreUnavailableError) as e:
                 log.debug("metrics scrape: Redis did not answer: %s", e)
                 snapshot.redis_up = False
         clock = getattr(app.state, "master_clock", None)
@@ -191,7 +193,7 @@ class PlatformCollector(Collector):
         snapshot.speed = {_text(k): _text(v) for k, v in speed.items()}
         if current is not None:
             snapshot.generation = int(current)
-            snapshot.computed_at = _number(await client.hget(keys.meta(snapshot.generation), "computed_at"))
+            snapshot.computed_at = _number(await client.hget(keys.meta(snapshot.generation), COMPUTED_AT))
         if registry is not None:  # settles runs left 'running' by a dead scheduler, as every reader does
             _, snapshot.runs = await asyncio.to_thread(registry.recent, MAX_RUNS)
 

@@ -8,19 +8,17 @@ parts, never stored or averaged again.
 from __future__ import annotations
 
 import functools
-import json
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from redis.exceptions import RedisError
-
-from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
+from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
 from serving.api.times import at, epoch_seconds
-from serving.api.view_reader import Generation, KeyRead, ServingStore
+from serving.store.reader import ServingStore
+from serving.store.reads import Generation, KeyRead
 from shared_logic.event_values import echo
 from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
 from shared_logic.measures import Count, Measure
@@ -135,15 +133,12 @@ _INTEGRAL: weakref.WeakKeyDictionary[ServingStore, dict[tuple[int, str], frozens
 
 async def integral_measures(store: ServingStore, generation: int, view: View) -> frozenset[str]:
     """The measures of ``view`` whose values are integers in ``generation``: what the batch run recorded
-    (``integral:{view}`` in the generation's metadata: measures over an integral column type), else
+    (in the generation's record, ``GenerationMeta.integral``: measures over an integral column type), else
     the counts. Cached per store and generation (a generation's metadata never changes)."""
     found = _known_integral(store, generation, view)
     if found is None:
-        try:
-            raw = await store.client.hget(store.keys.meta(generation), f"integral:{view.name}")
-        except (RedisError, OSError) as e:
-            raise UnavailableError(f"Redis is unreachable: {e}") from e
-        found = frozenset(json.loads(raw) if raw else _shape(view).counts)
+        recorded = await store.integral_measures(generation, view.name)
+        found = frozenset(_shape(view).counts if recorded is None else recorded)
         cache = _INTEGRAL.setdefault(store, {})
         if len(cache) > 256:  # generations come and go: keep the cache small
             cache.clear()

@@ -13,3 +13,21 @@ class LayoutError(StoreError):
 
 class ReplicationError(StoreError):
     """A write was not acknowledged by the replicas it must reach before it counts as done."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot answer correctly right now (Redis unreachable, nothing published, an answer would go
+    back in versions); the message says why and what to do. ``retry_after``: seconds after which asking
+    again may succeed (None: no estimate). The HTTP API answers it with 503."""
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GenerationLostError(StoreError):
+    """Redis lost its data (an epoch marker changed) while a generation was being published: it is not served."""
+
+
+class LogicConflictError(StoreError):
+    """A generation's realtime segment is claimed for other pipeline logic than the generation's: it is not served."""

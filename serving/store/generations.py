@@ -1,4 +1,5 @@
-"""What is served: the generation pointer, the epoch markers, and dropping keys by prefix.
+"""What is served: the generation pointer, the epoch markers, dropping keys by prefix, and the lifecycle
+of a generation (``Generations``: begin, flip, drop stale), the one writer of the pointer and the record.
 
 The epoch marker is a random value set once per Redis dataset; a different value later means
 Redis lost its data (a restart without persistence, a FLUSHALL, a failover to a replica that had
@@ -10,13 +11,34 @@ the writes that go there; the *epoch* of the store is then all markers joined by
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
+from dataclasses import replace
 
 import redis
+from redis.typing import EncodableT
 
-from serving.store.errors import LayoutError
+from serving.store.errors import GenerationLostError, LayoutError, LogicConflictError, StoreUnavailableError
+from serving.store.generation_meta import GenerationMeta
 from serving.store.keys import Keys
+from serving.store.logic import claim_segment, satisfy_waiting
 from serving.store.replies import text
+
+log = logging.getLogger(__name__)
+
+# KEYS: the pointer, the generation's record, the epoch marker (one bucket's, or the global ones);
+# ARGV: the marker the run read, the generation, the record's fields and values ->
+# -2 (the marker changed: that Redis lost its data), else the generation served after the call.
+_FLIP = """
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -2 end
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local generation = tonumber(ARGV[2])
+if generation <= current then return current end
+redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+redis.call('SET', KEYS[1], ARGV[2])
+return generation
+"""
 
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
@@ -78,3 +100,96 @@ def delete_prefix(client: redis.Redis, prefix: str) -> None:
             batch.clear()
     if batch:
         client.unlink(*batch)
+
+
+class Generations:
+    """One pipeline's batch generations in one Redis: the session a batch run publishes through.
+
+    ``begin`` records a generation before its rows are loaded (under ``Keys.generation_prefix``, which no
+    reader looks at yet), ``flip`` serves it with its record in one atomic call per bucket, and
+    ``drop_stale`` deletes what is older than the served generation. A run that dies before the flip leaves
+    what is served untouched; its partial keys are dropped by the next successful run's ``drop_stale``.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client, self.keys = client, keys
+
+    def ensure_epoch(self) -> str:
+        """``ensure_epoch``: the store's epoch, to read before the barrier and hand to ``begin`` and ``flip``."""
+        return ensure_epoch(self.client, self.keys)
+
+    def served(self) -> int | None:
+        """``served_generation``: the generation readers are served, or None before the first publish."""
+        return served_generation(self.client, self.keys)
+
+    def begin(self, generation: int, epoch: str) -> None:
+        """Record that ``generation`` is being loaded (so a dead run's keys get dropped).
+
+        ``epoch`` is the store's epoch read before the run's barrier; GenerationLostError at once when Redis
+        lost its data since (the flip would refuse the generation anyway).
+        """
+        if read_epoch(self.client, self.keys) != epoch:
+            raise GenerationLostError(
+                f"Redis lost its data after generation {generation} of {self.keys.pipeline!r} began (its epoch "
+                "marker changed): nothing was loaded; run the batch again")
+        self.client.sadd(self.keys.generations, generation)
+
+    def flip(self, generation: int, epoch: str, meta: GenerationMeta) -> bool:
+        """Serve ``generation`` with its record ``meta`` from now on, atomically, unless a newer one is served;
+        True when it is served.
+
+        First the generation's realtime segment is claimed for ``meta.logic`` (``serving.store.logic``):
+        LogicConflictError when the speed layer wrote it under other logic (serving both would mix two
+        logics). Then, bucketed, every bucket's pointer, then the global one (``served_generation``):
+        GenerationLostError when an epoch marker is not the one in ``epoch`` (that Redis lost data during
+        the load, so the generation may be incomplete there); StoreUnavailableError when Redis fails.
+        Once served, a speed layer's wait for a generation of its logic is over (``satisfy_waiting``).
+        """
+        held = claim_segment(self.client, self.keys, generation, meta.logic)
+        if held is not None:
+            raise LogicConflictError(
+                f"generation {generation} of {self.keys.pipeline!r} was computed under logic {meta.logic}, but its "
+                f"realtime segment holds {held}: the speed layer runs other pipeline code than this batch run. "
+                "Run every part with the same code; nothing was flipped")
+        args: list[EncodableT] = [generation]
+        for name, value in replace(meta, version=generation, published_at=time.time()).to_hash().items():
+            args += [name, value]
+        served = generation
+        for where in reversed(self.keys.every_prefix()):  # the global pointer last
+            try:
+                served = int(self.client.eval(_FLIP, 3, where.current, where.meta(generation), where.epoch,
+                                              epoch_marker(where, epoch), *args))
+            except redis.RedisError as e:
+                raise StoreUnavailableError(f"cannot flip the served generation of {self.keys.pipeline!r} to "
+                                            f"{generation}: {e}") from e
+            if served == -2:
+                raise GenerationLostError(
+                    f"Redis lost its data while generation {generation} of {self.keys.pipeline!r} was loading "
+                    f"(epoch marker {where.epoch} changed); nothing more was flipped: run the batch again")
+        if served == generation:
+            satisfy_waiting(self.client, self.keys, meta.logic)
+        return served == generation
+
+    def drop_stale(self) -> dict[str, list[int]]:
+        """Delete every generation and realtime segment older than the served generation; returns what was
+        dropped (``generations`` / ``segments`` -> their numbers).
+
+        Safe while readers and the speed layer run: readers only touch the served generation and its
+        segment (atomically, in Lua), and the speed layer's writes skip segments below the pointer.
+        """
+        keys = self.keys
+        served = self.served()
+        if served is None:
+            return {}
+        dropped: dict[str, list[int]] = {}
+        for index, kind in ((keys.generations, "g"), (keys.segments, "s")):
+            stale = sorted(g for g in (int(x) for x in self.client.smembers(index)) if g < served)
+            for number in stale:
+                for where in keys.every_prefix():
+                    delete_prefix(self.client,
+                                  where.generation_prefix(number) if kind == "g" else where.segment_prefix(number))
+                self.client.srem(index, number)
+            dropped[index.rsplit(":", 1)[-1]] = stale
+        if any(dropped.values()):
+            log.info("dropped stale data of %s below generation %d: %s", keys.pipeline, served, dropped)
+        return dropped

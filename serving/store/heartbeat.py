@@ -118,11 +118,25 @@ class SpeedHeartbeat:
 
 
 class SpeedHealth:
-    """Writes the speed layer's health into its heartbeat hash: a failure (counted, with its error) or a
-    success (the count back to 0). Each write is one command on the one hash, so readers see either."""
+    """The writer of the speed layer's heartbeat hash: its beats, its start, its health (a failure, counted,
+    with its error; a success, the count back to 0). Each write is one command on the one hash, so readers
+    see either."""
 
     def __init__(self, client: redis.Redis, key: str) -> None:
         self.client, self.key = client, key
+
+    def beat(self, *, query: str, state: str, ui_url: str) -> None:
+        """Say it is alive, which query runs, what it does (``state``) and where its Spark UI is ('' if off)."""
+        self.client.hset(self.key, mapping={"heartbeat_at": time.time(), "query": query, "state": state,
+                                            "ui_url": ui_url})
+
+    def started(self, *, query: str, started_after: int) -> None:
+        """Say query ``query`` runs, after master version ``started_after``."""
+        self.client.hset(self.key, mapping={"query": query, "state": "running", "started_after": started_after})
+
+    def rebuilt_from(self, processed: int) -> None:
+        """Say what it processed is the served generation ``processed`` (its segments rebuilt from there)."""
+        self.client.hset(self.key, "processed", processed)
 
     def record_failure(self, error: BaseException | str) -> int:
         """Count a failure and keep its error (``short_error``: one line, no credentials); returns the count

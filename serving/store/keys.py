@@ -5,9 +5,7 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
 
     lp:p:current                              generation pointer: the master version G served
     lp:p:generations / lp:p:segments          sets of generations / segment bases present in Redis
-    lp:p:g:{G}:meta                           hash: computed_at, run_id, events, logic; per view its rows,
-                                              ``measures:{view}``, the order of a row's parts (JSON list),
-                                              and ``integral:{view}``, the measures whose values are integers
+    lp:p:g:{G}:meta                           hash: the generation's record (``serving.store.generation_meta``)
     lp:p:g:{G}:{view}:r[@{ws}]                hash: key -> the row's batch parts as a JSON array: scalar
                                               measures, then each distinct measure's values (an array of at
                                               most EXACT_DISTINCT_MAX), or null when kept as a HyperLogLog
@@ -31,30 +29,17 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
                                               point; rows whose undo tag is above it read their undo value)
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
     lp:p:plan:{query}                         "batch id:bases" of the micro-batch in flight (replays reuse it)
-    lp:p:speed                                hash: the speed layer's heartbeat, processed version, state
-                                              ("running" or why it waits), the version its query started after
+    lp:p:speed                                hash: the speed layer's heartbeat (``serving.store.heartbeat``)
     lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
     lp:p:batch:...                            the batch-run registry (``serving.store.runs`` documents it)
 
-A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set)
-per window (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one
-row of a view.
+A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set) per
+window (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one row.
 
-A batch generation is loaded as rows: one hash field per row holding all its parts, many rows
-per HSET; a read is one HGET per row. Rankings (sorted sets) are what costs to load: a row's
-four sorted-set entries took 9x the Redis CPU of its one hash field (679k rows), and a
-fine-grained windowed view has far more (window, measure) rankings than anyone asks for. So
-each is built on first use by the top-N query that needs it (in pages beside it, then renamed
-into place, so Redis is never blocked for long) and kept while the generation is served.
-A row's distinct values are kept exactly while they are few, which most rows of a fine-grained
-view are, and counted exactly; above ``EXACT_DISTINCT_MAX`` they are a HyperLogLog. Realtime
-segments take the same shape (a hash field per row), plus a sorted set per scalar measure, kept
-up to date by each micro-batch, ready for top-N.
-A micro-batch becomes visible at once (see ``speed_layer.segments``): its Lua calls save each row's
-value before they first change it, under the micro-batch's end version, and the driver's one
-MULTI that sets ``processed`` commits them all.
-Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``, so
-each is loaded beside what is served and dropped whole.
+A row is one hash field holding all its parts (a read is one HGET), its distinct values exact up
+to ``EXACT_DISTINCT_MAX`` and a HyperLogLog above; sorted sets are built on first use
+(``serving.store.rankings``). Everything of generation G lives under ``lp:p:g:{G}:``, of segment
+B under ``lp:p:s:{B}:``: loaded beside what is served, dropped whole.
 """
 
 from __future__ import annotations
@@ -147,13 +132,11 @@ def encode_field(key: Sequence[str] | str, window_start: int | None = None) -> s
 class Keys:
     """Key names for one pipeline's views in Redis.
 
-    Every name carries a Redis Cluster hash tag, so the keys one Lua call touches share a slot:
-    ``lp:{p}`` for what is global to the pipeline (the generation pointer, the epoch marker, the
-    speed layer's heartbeat, the batch-run registry) and, with ``buckets`` > 1, ``lp:{p.b}`` for
-    bucket ``b``: its share of every generation and realtime segment (the rows whose key hashes to
-    ``b``, see ``bucket_of``), with its own copy of the pointer and the epoch marker. With one
-    bucket (a single Redis) bucket 0 *is* the global prefix, so the layout is the one documented
-    above. ``keys.bucket(b)`` names bucket ``b``'s keys with the same methods.
+    Every name carries a Redis Cluster hash tag, so the keys one Lua call touches share a slot: ``lp:{p}``
+    for what is global to the pipeline (pointer, epoch marker, speed heartbeat, batch-run registry) and,
+    with ``buckets`` > 1, ``lp:{p.b}`` for bucket ``b`` (named by ``bucket(b)``, same methods): its share
+    of every generation and segment (the rows whose key hashes to ``b``, ``bucket_of``), with its own
+    pointer and epoch marker. With one bucket, bucket 0 *is* the global prefix (the layout above).
     """
 
     pipeline: str
@@ -322,7 +305,6 @@ class Keys:
     def rows(self, generation: int, view: str, window_start: int | None = None) -> str:
         """Hash of a generation's rows (of one window): key -> JSON array of the parts, in ``row_parts`` order."""
         return f"{self.view_prefix(generation, view)}:r{suffix(window_start)}"
-
 
     # -- the batch-run registry (``serving.store.runs``); Lua twins in LUA_RUN_NAMES ---------------------
     @property

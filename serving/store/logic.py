@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import redis
 
+from serving.store.generation_meta import LOGIC, LUA_META, VERSION
 from serving.store.keys import Keys
 from serving.store.replies import text
 
 # KEYS: the segment's claim, the generation's meta, the index of segments (global keys: one slot);
 # ARGV: logic, query ('' = the batch), base -> 'ok', or what holds it: 'generation:<logic>' / 'segment:<claim>'.
 # A claimed segment is in the index, so it is dropped with the others below the served generation.
-_CLAIM = """
+_CLAIM = LUA_META + """
 local logic, query = ARGV[1], ARGV[2]
 redis.call('SADD', KEYS[3], ARGV[3])
-if redis.call('HEXISTS', KEYS[2], 'version') == 1 then
-  local held = redis.call('HGET', KEYS[2], 'logic') or ''
+if redis.call('HEXISTS', KEYS[2], META_VERSION) == 1 then
+  local held = redis.call('HGET', KEYS[2], META_LOGIC) or ''
   if held ~= logic then return 'generation:' .. held end
 end
 local mine = logic
@@ -57,9 +58,9 @@ def generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | 
     """The logic generation ``generation`` was computed under ('' for one published before logic was recorded),
     or None when it is not published."""
     meta = keys.global_keys.meta(generation)
-    if not client.hexists(meta, "version"):
+    if not client.hexists(meta, VERSION):
         return None
-    return text(client.hget(meta, "logic") or b"")
+    return text(client.hget(meta, LOGIC) or b"")
 
 
 #: KEYS: the speed hash; ARGV: logic. Deletes ``waiting_logic`` if it names ``logic``.

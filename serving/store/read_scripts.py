@@ -1,4 +1,4 @@
-"""The Lua side of the serving store's reads (``serving.api.view_reader``): each read is one atomic call.
+"""The Lua side of the serving store's reads (``serving.store.reader``): each read is one atomic call.
 
 Key names come from ``serving.store.keys`` (``LUA_NAMES``). A read resolves the generation pointer
 first and reads only that generation and its realtime segment, as of the segment's committed
@@ -7,6 +7,7 @@ first and reads only that generation and its realtime segment, as of the segment
 
 from __future__ import annotations
 
+from serving.store.generation_meta import LUA_META
 from serving.store.keys import LUA_NAMES
 
 # Every read states the version it is exact at: the generation, or the realtime segment's
@@ -15,7 +16,7 @@ from serving.store.keys import LUA_NAMES
 # Rows a micro-batch not yet committed (undo tag above ``processed``) has changed read as saved
 # before it: ``realtime_row(vp, sfx, key)`` is a row's committed parts (or nil) and whether they are
 # the saved ones, ``realtime_sketch(vp, measure, field, saved)`` a committed sketch's key.
-HEADER = LUA_NAMES + """
+HEADER = LUA_NAMES + LUA_META + """
 local generation = redis.call('GET', KEYS[1])
 if not generation then return false end
 local p, view = ARGV[1], ARGV[2]
@@ -23,11 +24,10 @@ local bp = generation_view(p, generation, view)
 local processed = redis.call('HGET', segment_meta(p, generation), 'processed') or ''
 local committed = tonumber(processed) or -1
 -- A segment with no processed version has nothing committed (its first micro-batch is in flight, or the
--- speed layer is dropping it, meta first: job.SpeedLayer._drop_segments): none of it is read, so the
+-- speed layer is dropping it, meta first: serving.store.segments.Segments.reset): none of it is read, so the
 -- answer is the generation's alone, as processed = '' says. ('none' is no base: no key has this prefix.)
 local sp = processed ~= '' and segment_view(p, generation, view) or segment_view(p, 'none', view)
-local meta = redis.call('HMGET', generation_meta(p, generation), 'computed_at', 'run_id', 'events', 'logic',
-                        'measures:' .. view, 'view:' .. view)
+local meta = redis.call('HMGET', generation_meta(p, generation), meta_header(view))
 local positions = nil  -- row part name -> index in a batch or realtime row and an undo entry (the view's layout)
 local function position_of(name)
   if not positions then
@@ -54,7 +54,7 @@ end
 
 # ARGV: prefix, view, n measures, measures..., n distinct, distinct..., n items, (key, suffix)...
 # A row's batch part and its realtime part are one hash field each (JSON arrays, parts in the
-# generation's ``measures:{view}`` order). A distinct measure's values are an exact list in either
+# generation's row layout, ``generation_meta.measures_field``). A distinct measure's values are an exact list in either
 # or, for larger rows, a HyperLogLog. Exact lists alone are counted exactly (their union); to merge
 # with HyperLogLogs they are folded into a scratch sketch that is neither persisted nor replicated.
 READ = HEADER + """
@@ -66,7 +66,7 @@ local nd = tonumber(ARGV[i]); local distinct = {}
 for j = 1, nd do distinct[j] = ARGV[i + j] end
 i = i + nd + 1
 local ni = tonumber(ARGV[i])
-local layout = meta[5] or '[]'  -- the HEADER's measures:{view}
+local layout = meta[5] or '[]'  -- the HEADER's row layout of the view
 local scratch, quiet = scratch_key(p), false
 local function fold(members, sketches)
   if not quiet then redis.replicate_commands(); redis.set_repl(redis.REPL_NONE); quiet = true end
@@ -150,7 +150,7 @@ TOP = HEADER + """
 local measure, sfx, n, combine = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local bz, rz = scores_key(bp, measure, sfx), scores_key(sp, measure, sfx)
 if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
-  return {generation, 'unranked', redis.call('HGET', generation_meta(p, generation), 'measures:' .. view) or '[]'}
+  return {generation, 'unranked', meta[5] or '[]'}
 end
 local saved = {}
 if uncommitted(sp, sfx) then

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, cast
 
 import redis
@@ -53,6 +54,7 @@ from serving.store.batch_run import (
     owner_id,
 )
 from serving.store.connection import redis_client
+from serving.store.errors import StoreUnavailableError
 from serving.store.keys import Keys
 from serving.store.run_scripts import CLAIM, ENQUEUE, FINISH, LIST, READ, RENEW, UPDATE
 
@@ -86,11 +88,22 @@ def _fields(values: Mapping[str, RunField]) -> list[EncodableT]:
     return args
 
 
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """Redis failing, as the store's StoreUnavailableError (what the HTTP API answers 503 for)."""
+    try:
+        yield
+    except redis.RedisError as e:
+        raise StoreUnavailableError(f"Redis is unreachable: {e}") from e
+
+
 class RunRegistry:
     """One pipeline's batch runs in Redis: admit, claim, heartbeat, finish, read.
 
     Thread-safe (redis-py clients are). Times are this process's clock, in epoch seconds; no
     decision depends on comparing clocks of two hosts (dead schedulers are found by lease expiry).
+    The reads and ``enqueue`` (what the API asks) raise StoreUnavailableError when Redis fails; the
+    scheduler's side raises redis-py's errors, which its loop waits out.
     """
 
     def __init__(self, client: redis.Redis, pipeline: str, *, keep: int = KEEP_RUNS) -> None:
@@ -118,19 +131,22 @@ class RunRegistry:
     # --- the API side ---------------------------------------------------------------------------
     def enqueue(self, *, trigger: RunTrigger = "api", force: bool = False) -> BatchRun:
         """Queue a run for a scheduler to pick up; RunConflictError if one is queued or running."""
-        admitted, values = self._call("enqueue", new_run_id(), trigger, "1" if force else "0", self.keep)
+        with _reachable():
+            admitted, values = self._call("enqueue", new_run_id(), trigger, "1" if force else "0", self.keep)
         record = BatchRun.from_hash(_flat(values))
         if not admitted:
             raise RunConflictError(record)
         return record
 
     def get(self, run_id: str) -> BatchRun | None:
-        (values,) = self._call("read", run_id)
+        with _reachable():
+            (values,) = self._call("read", run_id)
         return BatchRun.from_hash(_flat(values)) if values else None
 
     def recent(self, limit: int = 20, offset: int = 0) -> tuple[str | None, list[BatchRun]]:
         """(id of the active run or None, runs newest first)."""
-        reply = self._call("list", offset, limit)
+        with _reachable():
+            reply = self._call("list", offset, limit)
         current, *rows = reply
         return current or None, [BatchRun.from_hash(_flat(values)) for values in rows if values]
 
@@ -192,16 +208,17 @@ class RunRegistry:
     def schedulers(self) -> list[SchedulerInfo]:
         """Schedulers alive now (their announcement has not expired), oldest first."""
         alive: list[SchedulerInfo] = []
-        # The registry's client decodes replies (see __init__); ZRANGE without WITHSCORES answers members only.
-        for owner in cast("list[str]", self.client.zrange(self.keys.batch_schedulers, 0, -1)):
-            values = cast("dict[str, str]", self.client.hgetall(self.keys.batch_scheduler(owner)))
-            if not values:
-                self.client.zrem(self.keys.batch_schedulers, owner)
-                continue
-            alive.append(SchedulerInfo(
-                owner=owner, schedule=values.get("schedule") or None, started_at=float(values["started_at"]),
-                seen_at=float(values["seen_at"]),
-                next_run_at=float(values["next_run_at"]) if values.get("next_run_at") else None,
-                ui_url=values.get("ui_url") or None, upkeep=values.get("upkeep") or None,
-            ))
+        with _reachable():
+            # The registry's client decodes replies (see __init__); ZRANGE without WITHSCORES answers members only.
+            for owner in cast("list[str]", self.client.zrange(self.keys.batch_schedulers, 0, -1)):
+                values = cast("dict[str, str]", self.client.hgetall(self.keys.batch_scheduler(owner)))
+                if not values:
+                    self.client.zrem(self.keys.batch_schedulers, owner)
+                    continue
+                alive.append(SchedulerInfo(
+                    owner=owner, schedule=values.get("schedule") or None, started_at=float(values["started_at"]),
+                    seen_at=float(values["seen_at"]),
+                    next_run_at=float(values["next_run_at"]) if values.get("next_run_at") else None,
+                    ui_url=values.get("ui_url") or None, upkeep=values.get("upkeep") or None,
+                ))
         return alive

@@ -11,16 +11,14 @@ open on a loopback address like every read (``serving.api.auth``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Literal, TypeVar, overload
+from typing import Annotated, Literal, overload
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
-from redis.exceptions import RedisError
 
 from serving.api.auth import require
-from serving.api.errors import ConflictError, NotFoundError, UnavailableError
+from serving.api.errors import ConflictError, NotFoundError
 from serving.api.models import error_responses
 from serving.api.pipelines import public_path
 from serving.store.runs import BatchRun, RunConflictError, RunRegistry, SchedulerInfo
@@ -29,9 +27,6 @@ from shared_logic.event_values import echo
 router = APIRouter(prefix="/v1/batch", tags=["batch"])
 #: Longest run id ``GET /v1/batch/runs/{run_id}`` takes (ids are 12 hexadecimal digits; 422 above).
 MAX_RUN_ID_CHARS = 64
-
-T = TypeVar("T")
-
 
 class RunRequest(BaseModel):
     """What to run (the body is optional). Strict: ``force`` is a JSON boolean, unknown fields are errors."""
@@ -173,13 +168,6 @@ def get_runs(request: Request) -> RunRegistry:
 RunsDep = Annotated[RunRegistry, Depends(get_runs)]
 
 
-def _redis(call: Callable[[], T]) -> T:
-    try:
-        return call()
-    except RedisError as e:
-        raise UnavailableError(f"Redis is unreachable: {e}") from e
-
-
 @router.post(
     "/runs", status_code=202, response_model=BatchRunInfo, summary="Start a batch recompute now",
     dependencies=[Depends(require("admin"))], responses=error_responses(400, 409, 422, 503),
@@ -195,7 +183,7 @@ def start_run(
     since the served generation, unless `force` is true."""
     force = bool(body and body.force)
     try:
-        run = _redis(lambda: runs.enqueue(trigger="api", force=force))
+        run = runs.enqueue(trigger="api", force=force)
     except RunConflictError as e:
         location = public_path(request, f"{router.prefix}/runs/{e.active.id}")
         raise ConflictError(f"{e} (follow it at {location})", headers={"Location": location}) from e
@@ -213,8 +201,8 @@ def list_runs(
 ) -> BatchRunList:
     """Recent runs (scheduled, asked for over HTTP or from the command line), the run in progress and
     the scheduler processes alive. A run whose scheduler died shows as failed ('interrupted')."""
-    active, recent = _redis(lambda: runs.recent(limit=limit))
-    schedulers = _redis(runs.schedulers)
+    active, recent = runs.recent(limit=limit)
+    schedulers = runs.schedulers()
     return BatchRunList(
         pipeline=runs.pipeline, active=active, schedulers=[_scheduler(s) for s in schedulers],
         runs=[_info(runs.pipeline, r) for r in recent],
@@ -228,7 +216,7 @@ def list_runs(
 def get_run(runs: RunsDep, run_id: Annotated[str, Path(max_length=MAX_RUN_ID_CHARS,
                                                         description="Run id, as POST /v1/batch/runs answered.")]) -> BatchRunInfo:
     """The run's status, versions, rows per view, duration and error."""
-    run = _redis(lambda: runs.get(run_id))
+    run = runs.get(run_id)
     if run is None:
         raise NotFoundError(
             f"no batch run {echo(run_id)} of pipeline {runs.pipeline!r} (the registry keeps the latest "

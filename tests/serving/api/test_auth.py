@@ -28,7 +28,7 @@ from serving.api.auth import is_loopback, require
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.routes import health, views
-from serving.api.view_reader import ServingStore
+from serving.store.reader import ServingStore
 from shared_logic.registry import load_pipeline
 from tests.support.servers import ApiServer
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from batch_layer.recompute import publish
-from serving.api import view_reader
 from serving.api.queries import top_answer
-from serving.api.view_reader import ServingStore
+from serving.store import reads
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import ensure_epoch
+from serving.store.generation_meta import GenerationMeta
+from serving.store.generations import Generations
+from serving.store.reader import ServingStore
 from shared_logic import Count, Max, Min, Sum, View
 
 VIEW = View("probe", keys=("k",), measures=(Count(), Sum("x"), Min("x"), Max("x")))
@@ -55,11 +55,12 @@ def _data(seed: int) -> tuple[dict, dict, dict]:
 
 def _publish(url: str, batch: dict, realtime: dict, flight: dict) -> None:
     client, keys = redis_client(url), store_keys("probe", url)
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, GENERATION, epoch)
+    store = Generations(client, keys)
+    epoch = store.ensure_epoch()
+    store.begin(GENERATION, epoch)
     for key, parts in batch.items():
         client.hset(keys.for_key(key).rows(GENERATION, "probe"), key, json.dumps([parts[m] for m in MEASURES]))
-    assert publish.flip(client, keys, GENERATION, epoch, {"measures:probe": MEASURES})
+    assert store.flip(GENERATION, epoch, GenerationMeta(measures={"probe": MEASURES}))
     for bucket in keys.all_buckets():
         client.hset(bucket.segment_meta(GENERATION), "processed", PROCESSED)
     for measure in MEASURES:
@@ -84,7 +85,7 @@ def _oracle(batch: dict, realtime: dict, measure: str, n: int) -> list[tuple[str
 def test_top_n_equals_the_oracle_for_every_measure_and_merge(store: str, request: pytest.FixtureRequest,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
-    monkeypatch.setattr(view_reader, "SMALL_SEGMENT", 0)  # every segment here is small: merge by the threshold
+    monkeypatch.setattr(reads, "SMALL_SEGMENT", 0)  # every segment here is small: merge by the threshold
     batch, realtime, flight = _data(seed=11)
     _publish(url, batch, realtime, flight)
 

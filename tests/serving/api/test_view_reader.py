@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from serving.api.errors import UnavailableError
-from serving.api.view_reader import ServingStore
+from serving.store.errors import StoreUnavailableError
+from serving.store.reader import ServingStore
 
 LAYOUT = b'["count"]'
 
@@ -27,16 +27,16 @@ def test_a_remembered_reply_is_checked_again_under_another_definition() -> None:
     served = store._served("v", b"3", b"5", _meta(b"View(A)"))
     assert (served.generation, served.processed, served.version, served.run_id) == (3, 5, 5, "run1")
     store.definitions = {"v": "View(B)"}
-    with pytest.raises(UnavailableError, match="defined differently"):
+    with pytest.raises(StoreUnavailableError, match="defined differently"):
         store._served("v", b"3", b"5", _meta(b"View(A)"))
 
 
 def test_refused_replies_stay_refused() -> None:
     store = ServingStore("redis://127.0.0.1:1/0", "wordcount", {"v": "View(A)"})
     for _ in range(2):
-        with pytest.raises(UnavailableError, match="defined differently"):
+        with pytest.raises(StoreUnavailableError, match="defined differently"):
             store._served("v", b"3", b"", _meta(b"View(B)"))
-        with pytest.raises(UnavailableError, match="not in the served batch generation"):
+        with pytest.raises(StoreUnavailableError, match="not in the served batch generation"):
             store._served("v", b"3", b"", _meta(b"View(A)", layout=None))
 
 
@@ -48,5 +48,5 @@ def test_every_reply_part_is_its_own_entry() -> None:
     other_run = _meta(b"View(A)")
     other_run[1] = b"run2"  # the same generation republished (after Redis lost its data)
     assert store._served("v", b"3", b"7", other_run).run_id == "run2"
-    with pytest.raises(UnavailableError, match="older than version 7"):
+    with pytest.raises(StoreUnavailableError, match="older than version 7"):
         store._served("v", b"3", b"", _meta(b"View(A)"))  # remembered, and still never older than answered

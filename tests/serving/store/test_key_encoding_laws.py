@@ -83,7 +83,7 @@ def test_two_rows_of_a_view_never_share_a_field(rows: tuple) -> None:
 @LAWS_SETTINGS
 @given(WINDOWS)
 def test_a_window_start_reads_back_from_its_suffix(window: int | None) -> None:
-    sfx = suffix(window)  # what the reader parses back (serving.api.view_reader: removeprefix, int)
+    sfx = suffix(window)  # what the reader parses back (serving.store.reader: removeprefix, int)
     assert (int(sfx.removeprefix(WINDOW_SEPARATOR)) if sfx else None) == window
     assert sfx == "" or (sfx.count(WINDOW_SEPARATOR) == 1 and sfx.startswith(WINDOW_SEPARATOR))
 

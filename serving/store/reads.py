@@ -1,0 +1,104 @@
+"""What a read of the serving store returns (``serving.store.reader``): the generation it met and the raw parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from serving.store.generation_meta import GenerationMeta, MetaHeader
+from serving.store.keys import Keys, suffix
+from serving.store.replies import text
+
+#: A bucket's realtime rows up to which a top-N reads them all rather than merging by a threshold:
+#: reading about n of each list costs more calls than reading a small segment whole (about break-even
+#: at 1,000 rows for top-10 in benchmarks/top_merge_bench.py).
+SMALL_SEGMENT = 1_000
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The served batch generation (its master version) and what the speed layer added to it."""
+
+    generation: int
+    computed_at: float | None
+    run_id: str | None
+    events: int | None
+    processed: int | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+    #: The logic fingerprint it was computed under (``shared_logic.logic``); '' when published before it was recorded.
+    logic: str = ""
+
+    @property
+    def version(self) -> int:
+        """The master version answers are exact for: the generation, or what the speed layer applied after it."""
+        return max(self.generation, self.processed or -1)
+
+    @classmethod
+    def from_header(cls, generation: bytes | str, processed: bytes | str, header: MetaHeader) -> Generation:
+        """From a read script's reply: the pointer, the segment's ``processed`` ('' = none) and the record's header."""
+        return cls(
+            int(generation),
+            float(header.computed_at) if header.computed_at else None,
+            text(header.run_id) if header.run_id else None,
+            int(header.events) if header.events else None,
+            int(processed) if processed else None,
+            logic=text(header.logic) if header.logic else "",
+        )
+
+    @classmethod
+    def from_meta(cls, generation: int, processed: bytes | str | None, meta: GenerationMeta) -> Generation:
+        """From the generation's whole record, with its rows per view."""
+        return cls(generation, meta.computed_at, meta.run_id, meta.events, int(processed) if processed else None,
+                   dict(meta.rows), meta.logic)
+
+
+@dataclass(frozen=True)
+class KeyRead:
+    """Raw parts of one read, per item (key in a window): batch and realtime scalars and distinct counts."""
+
+    generation: Generation
+    batch: list[dict[str, float | None]]
+    realtime: list[dict[str, float | None]]
+    distinct_batch: list[dict[str, int]]
+    distinct_realtime: list[dict[str, int]]
+    distinct_merged: list[dict[str, int]]
+    distinct_total: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TopRead:
+    generation: Generation
+    batch: dict[str, float]
+    realtime: dict[str, float]
+
+
+@dataclass(frozen=True)
+class WindowKeys:
+    """One window's candidates in a key listing (``ServingStore.list_keys``): its index in the windows
+    asked for, how many batch keys were asked (as many came back: there may be more), the batch keys
+    and every realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
+
+    index: int
+    wanted: int
+    batch: list[bytes]
+    realtime: list[bytes]
+
+
+@dataclass(frozen=True)
+class KeyListing:
+    generation: Generation
+    windows: list[WindowKeys]
+
+
+@dataclass(frozen=True)
+class TopAsk:
+    """What a top-N asks each bucket (``TOP`` in ``serving.store.read_scripts``)."""
+
+    view: str
+    measure: str
+    window_start: int | None
+    n: int
+    combines: str
+
+    def args(self, bucket: Keys, ranked: str = "") -> list:
+        return [bucket.prefix, self.view, self.measure, suffix(self.window_start), self.n, ranked, self.combines,
+                SMALL_SEGMENT]
