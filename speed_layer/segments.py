@@ -1,59 +1,25 @@
 """Writing micro-batch increments into realtime segments, exactly once and visible at once.
 
-Each chunk of increments is applied by one Lua call that first checks a guard: the highest
-micro-batch id applied for (view, partition, chunk) under this streaming query. Spark replays a
-failed micro-batch with the same id and the same data, and the increments are hash-partitioned
-to a fixed number of partitions and sorted, so a replayed chunk is the same chunk: the guard
-makes it a no-op. (A small micro-batch is written by the driver, all its increments sorted as one
-part named ``driver``; the speed layer keeps which way a micro-batch went with its plan.) The
-same call skips segments below the served generation (they are dead), and
-refuses to write at all if Redis's epoch marker is not the one the query started with (Redis
-lost its data: the speed layer must rebuild from the served generation instead).
+The increments of every view are encoded in one shape (``encode``), hash-partitioned by row to a
+fixed number of partitions and sorted (``write_increments``), so a replayed micro-batch cuts the
+very same chunks; a small micro-batch is written by the driver instead, all its increments sorted
+as one part named ``driver`` (``write_increments_from_driver``; the speed layer keeps which way a
+micro-batch went with its plan). Each chunk's rows are read, merged with their increments here
+(``speed_layer.realtime_rows``) and written by one guarded, undo-logged call whose protocol the
+store owns (``serving.store.segments``): a replayed chunk is a no-op, and nothing of a micro-batch
+is visible until the driver commits it (``serving.store.segment_commits``).
 
-**A micro-batch becomes visible at once.** Its chunks land in many Lua calls from several
-executors; between two of them a reader would see it half applied. So each call saves a row's
-value before it first changes it in this micro-batch, and readers ignore the change until the
-driver commits the micro-batch:
-
-* A micro-batch's *tag* is its end offset, its highest master version: a replay has the same
-  offsets, so the same tag. Tags are versions, not batch ids: they only grow, also across
-  query restarts (a fresh query wipes the segments anyway). A micro-batch after one left
-  uncommitted (it ended inside a version) carries that one's tag: one undo log for both.
-* Each (segment, view, window) has an *undo log* (hash: key -> the row's field before the
-  micro-batch, '' = none) and its tag (``serving.store.keys``: ``:u``, ``:t``). The first call of a micro-batch to touch a window finds an
-  older tag: that micro-batch is committed (they run one after another, each committed before
-  the next starts), so the log starts over. A key already in the log was touched earlier in
-  this micro-batch: its saved value stays. Which keys those can be follows from the write order,
-  so a call looks up one, not all: a row (view, key, window) is in one partition
-  (``write_increments`` partitions by it) and its increments (one per depth) are contiguous in
-  the sorted rows, so only a call's first row can continue one an earlier call began (when a
-  chunk boundary cuts it). Chunks already applied are skipped by the guard on a replay.
-  A distinct measure held as a HyperLogLog (null in the row) has it COPYed to ``:p:``; the copies
-  are listed beside the log (``:c``) and go when it starts over.
-* The commit point is the driver's one MULTI (``SpeedLayer._mark_processed``) setting each
-  segment's ``processed`` to the tag. A reader (``serving.store.read_scripts``, one Lua call) reads
-  ``processed`` and takes the logged value of every key in a window whose tag is above it: the
-  answer is exactly the state at ``processed``.
-
-**Rows are merged by the writer, checked and stored by Redis.** A realtime row is one hash field,
-laid out as a batch row (``speed_layer.realtime_rows``), plus one sorted-set entry per scalar
-measure for top-N. The task reads the rows a chunk touches, merges the increments in Python and
-sends the new fields with a digest of the ones it read; the Lua call refuses the whole chunk if
-any changed (then the task reads again), so a merge is never lost to a concurrent writer. Merging
-in Lua instead cost Redis, the one shared single-threaded part, 57 us a row against 26.5 here
-(``benchmarks/segment_write_bench.py``, fifth write of 100k rows); a row per measure with a
-HyperLogLog per row, 70.
-
-Rejected: increments in a pending area merged at commit (the commit becomes one Lua call as
-long as the micro-batch, blocking readers, and every increment is written twice); one undo
-entry per row with its own tag and no log per window (a top-N read would then scan every row's
-entry, where here it reads one window's log, and only while a micro-batch is in flight).
+Merging in the writer rather than in Lua spares Redis, the one shared single-threaded part of the
+write (``benchmarks/segment_write_bench.py``). Rejected: increments in a pending area merged at
+commit (the commit becomes one Lua call as long as the micro-batch, blocking readers, and every
+increment is written twice); one undo entry per row with its own tag and no log per window (a
+top-N read would then scan every row's entry, where here it reads one window's log, and only
+while a micro-batch is in flight).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Iterator
@@ -71,12 +37,21 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 from batch_layer.faults import fault_point
 from serving.store.columns import key_column, window_column
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import epoch_marker
-from serving.store.keys import EXACT_DISTINCT_MAX, LUA_NAMES, Keys, suffix
+from serving.store.keys import EXACT_DISTINCT_MAX, Keys
+from serving.store.segments import (
+    EPOCH_CHANGED,
+    ROWS_CHANGED,
+    MergedRow,
+    MicroBatchWrite,
+    WindowWrite,
+    apply_chunk,
+    apply_script,
+    read_rows,
+)
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError, NonFiniteValueError
-from speed_layer.realtime_rows import Merged, merge
+from speed_layer.realtime_rows import merge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -85,150 +60,6 @@ log = logging.getLogger(__name__)
 
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
-
-# KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag (the
-# micro-batch's end version), whether it continues the undo logs of a micro-batch left uncommitted ('1':
-# any key may be saved already, each is looked up; '0': only the first), n scalar measures, their
-# names..., n distinct measures, their names..., the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
-# n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
-# scores per scalar measure ('' = unchanged); then per distinct measure the rows (1-based) whose
-# sketch existed before (n, indexes...); then per distinct measure the rows with values for their
-# sketches (n, then key, n values, values... of each).
-# The call checks that every window's rows are still the ones the caller merged from (their digest:
-# SHA-1 of the fields joined by '\n', '' for a row absent) before it writes anything, and answers -2
-# if not: the caller reads and merges again. No two writers should touch a row at once (a row is in
-# one partition, whose chunks are applied in order, and guarded); the digest makes that a check
-# rather than an assumption about Spark's scheduling. Windows of dead segments are skipped. A
-# chunk holds at most MAX_CHUNK_ROWS rows so no unpack() exceeds Lua's stack: a script that fails
-# midway would leave partial writes that Redis does not roll back.
-_APPLY = LUA_NAMES + """
-if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
-local batch = tonumber(ARGV[4])
-if batch <= tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '-1') then return 0 end
-local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
-local p, view, tag = ARGV[1], ARGV[2], ARGV[6]
-local continues = ARGV[7] == '1'
-local i = 8
-local nm = tonumber(ARGV[i]); local names = {}
-for j = 1, nm do names[j] = ARGV[i + j] end
-i = i + nm + 1
-local nd = tonumber(ARGV[i]); local dnames = {}
-for j = 1, nd do dnames[j] = ARGV[i + j] end
-i = i + nd + 1
-local first_key, first_sfx, nw = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-i = i + 3
--- Read every window's layout and check its rows before anything is written.
-local windows = {}
-for _ = 1, nw do
-  local base, sfx, n, digest = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local w = {sp = segment_view(p, base, view), sfx = sfx, n = n, K = i + 3, R = i + 3 + n, S = i + 3 + 2 * n}
-  i = w.S + nm * n + 1
-  w.sketched = {}
-  for j = 1, nd do
-    local c, set = tonumber(ARGV[i]), {}
-    for t = 1, c do set[tonumber(ARGV[i + t])] = true end
-    w.sketched[j] = set
-    i = i + c + 1
-  end
-  w.adds = {}
-  for j = 1, nd do
-    local list, m = {}, tonumber(ARGV[i])
-    i = i + 1
-    for _ = 1, m do
-      local c = tonumber(ARGV[i + 1])
-      list[#list + 1] = {key = ARGV[i], at = i + 2, count = c}
-      i = i + 2 + c
-    end
-    w.adds[j] = list
-  end
-  if tonumber(base) >= current then
-    w.keys = {unpack(ARGV, w.K + 1, w.K + n)}
-    w.olds = redis.call('HMGET', rows_key(w.sp, sfx), unpack(w.keys))
-    local seen = {}
-    for q = 1, n do seen[q] = w.olds[q] or '' end
-    if redis.sha1hex(table.concat(seen, '\\n')) ~= digest then return -2 end
-    windows[#windows + 1] = w
-  end
-end
--- The undo log of window `sfx` of segment view `sp` for this micro-batch, and whether it is new (then
--- nothing in it is saved yet). One an earlier micro-batch left is obsolete (that one is committed): it
--- starts over, and the sketches it copied go with it.
-local function undo_log(sp, sfx)
-  local u, t = undo_key(sp, sfx), undo_tag_key(sp, sfx)
-  if redis.call('GET', t) == tag then return u, false end
-  local c = undo_copies_key(sp, sfx)
-  local stale = redis.call('SMEMBERS', c)
-  for q = 1, #stale, 1000 do redis.call('UNLINK', unpack(stale, q, math.min(q + 999, #stale))) end
-  redis.call('DEL', u, c)
-  redis.call('SET', t, tag)
-  return u, true
-end
-local function each_slice(list, f)
-  for q = 1, #list, 1000 do f(unpack(list, q, math.min(q + 999, #list))) end
-end
-for _, w in ipairs(windows) do
-  local sp, sfx, n, keys = w.sp, w.sfx, w.n, w.keys
-  local rk = rows_key(sp, sfx)
-  -- Save each row as it was before this micro-batch first changes it ('' = none), and a sketch it had.
-  -- A key this log already holds was saved by an earlier call of this micro-batch: a row's increments
-  -- are contiguous in the chunks' order and in one partition, so only the chunk's first row can be one
-  -- (any row, when the micro-batch continues one left uncommitted).
-  local u, fresh = undo_log(sp, sfx)
-  local kept = {}
-  if not fresh and continues then  -- the micro-batch left uncommitted may have saved any of them
-    local have = redis.call('HMGET', u, unpack(keys))
-    for q = 1, n do if have[q] then kept[keys[q]] = true end end
-  elseif not fresh and sfx == first_sfx and redis.call('HEXISTS', u, first_key) == 1 then
-    kept[first_key] = true
-  end
-  local saves, copies, written = {}, {}, {}
-  for q = 1, n do
-    local key = keys[q]
-    if not kept[key] then
-      saves[#saves + 1] = key; saves[#saves + 1] = w.olds[q] or ''
-      for j = 1, nd do
-        if w.sketched[j][q] then
-          local before = previous_key(sp, dnames[j], key .. sfx)
-          redis.call('COPY', sketch_key(sp, dnames[j], key .. sfx), before, 'REPLACE')
-          copies[#copies + 1] = before
-        end
-      end
-    end
-    written[#written + 1] = key; written[#written + 1] = ARGV[w.R + q]
-  end
-  each_slice(saves, function(...) redis.call('HSET', u, ...) end)
-  each_slice(copies, function(...) redis.call('SADD', undo_copies_key(sp, sfx), ...) end)
-  each_slice(written, function(...) redis.call('HSET', rk, ...) end)
-  -- The rankings top-N merges: one sorted set per scalar measure.
-  for j = 1, nm do
-    local args, col = {}, w.S + (j - 1) * n
-    for q = 1, n do
-      local s = ARGV[col + q]
-      if s ~= '' then args[#args + 1] = s; args[#args + 1] = keys[q] end
-    end
-    each_slice(args, function(...) redis.call('ZADD', scores_key(sp, names[j], sfx), ...) end)
-  end
-  for j = 1, nd do
-    for _, a in ipairs(w.adds[j]) do
-      local hll = sketch_key(sp, dnames[j], a.key .. sfx)
-      for s = a.at, a.at + a.count - 1, 1000 do
-        redis.call('PFADD', hll, unpack(ARGV, s, math.min(s + 999, a.at + a.count - 1)))
-      end
-    end
-  end
-end
-redis.call('HSET', KEYS[2], ARGV[3], batch)
-return 1
-"""
-
-
-#: The layout realtime segments are written in (a speed-layer checkpoint records it; one of another
-#: layout starts over, rebuilding the segments). 2: a hash field per row (before: a HyperLogLog per row).
-SEGMENT_LAYOUT = 2
-
-#: Rows per guarded call at most: ZADD takes 2 arguments per row and Lua's unpack() stops near 8000
-#: (lists that grow with the distinct measures too, the sketch copies, go in slices).
-MAX_CHUNK_ROWS = 3_000
 
 
 @dataclass(frozen=True)
@@ -251,6 +82,11 @@ class WriteSpec:
     #: The micro-batch goes on under the tag of one left uncommitted (it ended inside a version): rows that one
     #: wrote are saved in the undo logs already, with their value from before it.
     continues: bool = False
+
+    @property
+    def micro_batch(self) -> MicroBatchWrite:
+        """What each of the micro-batch's calls carries (``serving.store.segments``)."""
+        return MicroBatchWrite(self.query, self.batch_id, self.epoch, self.tag, self.continues)
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
@@ -347,54 +183,28 @@ def _windows(spec: WriteSpec, columns: dict[str, list], rows: list[int]) -> _Win
     return windows
 
 
-def _read_rows(client: redis.Redis, bucket: Keys, view: str, windows: _Windows) -> list[list[bytes | None]]:
-    """The realtime rows the windows' keys hold now, in one round trip."""
-    read = client.pipeline(transaction=False)
-    for (base, start), rows in windows.items():
-        read.hmget(bucket.segment_rows(base, view, start), list(rows))
-    return read.execute()
-
-
-def _call_args(bucket: Keys, spec: WriteSpec, view: str, columns: dict[str, list], rows: list[int],
-               windows: _Windows, olds: list[list[bytes | None]]) -> list:
-    """The APPLY arguments writing ``rows`` of ``view`` (all in ``bucket``), merged from ``olds``."""
+def _window_writes(spec: WriteSpec, view: str, columns: dict[str, list], windows: _Windows,
+                   olds: list[list[bytes | None]]) -> list[WindowWrite]:
+    """Each window's rows merged from ``olds`` (their fields as read) with their increments."""
     scalars, distinct = spec.views[view]
     kinds = [kind for _, kind in scalars]
-    first = columns[WS][rows[0]]  # the chunk's first row: the one a chunk boundary may have cut
-    args: list = [bucket.prefix, view, "", spec.batch_id, epoch_marker(bucket, spec.epoch), spec.tag,
-                  "1" if spec.continues else "0",
-                  len(scalars), *(name for name, _ in scalars), len(distinct), *distinct,
-                  columns[KEY][rows[0]], suffix(int(first) if first else None), len(windows)]
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
+    writes = []
     for ((base, start), by_key), old in zip(windows.items(), olds):
-        merged = [_merge(view, key, before, kinds, [[v[r] for r in rs] for v in values],
-                         [[m[r] for r in rs] for m in members], spec.exact_max)
-                  for before, (key, rs) in zip(old, by_key.items())]
-        digest = hashlib.sha1(b"\n".join(_as_bytes(b) for b in old)).hexdigest()
-        args += [base, suffix(start), len(by_key), digest, *by_key, *(m.row for m in merged)]
-        for j in range(len(scalars)):
-            args += [m.scores[j] for m in merged]
-        for j in range(len(distinct)):
-            sketched = [q for q, m in enumerate(merged, 1) if m.sketched[j]]
-            args += [len(sketched), *sketched]
-        for j in range(len(distinct)):
-            adds = [(key, m.sketch_adds[j]) for key, m in zip(by_key, merged) if m.sketch_adds[j]]
-            args.append(len(adds))
-            for key, values_ in adds:
-                args += [key, len(values_), *values_]
-    return args
+        merged: list[MergedRow] = [
+            _merge(view, key, before, kinds, [[v[r] for r in rs] for v in values],
+                   [[m[r] for r in rs] for m in members], spec.exact_max)
+            for before, (key, rs) in zip(old, by_key.items())]
+        writes.append(WindowWrite(base, start, list(by_key), old, merged))
+    return writes
 
 
-def _merge(view: str, key: str, *args: Any) -> Merged:
+def _merge(view: str, key: str, *args: Any) -> MergedRow:
     try:
         return merge(*args)
     except NonFiniteValueError as e:
         raise NonFiniteValueError(f"view {view!r}, key {key!r}: {e}") from e
-
-
-def _as_bytes(field: bytes | str | None) -> bytes:
-    return field.encode() if isinstance(field, str) else field or b""
 
 
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -420,7 +230,7 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
     keys = store_keys(spec.pipeline, spec.redis_url)
     own = client is None
     client = client or redis_client(spec.redis_url)
-    apply = client.register_script(_APPLY)
+    apply = apply_script(client)
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
@@ -441,7 +251,7 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
 
 class _StaleRows(Exception):
     """The rows changed between reading and writing them: another writer touched them (not expected; see
-    ``_APPLY``'s digest)."""
+    ``serving.store.segments.apply_chunk``)."""
 
 
 @retry(
@@ -457,16 +267,16 @@ def _apply_chunk(client: redis.Redis, apply: Script, bucket: Keys, spec: WriteSp
     faults (and a cluster's failover): if a reply was lost, the guard skips the repeat; and when the rows
     changed since they were read, from the reading on."""
     windows = _windows(spec, columns, rows)
-    olds = _read_rows(client, bucket, view, windows)
+    olds = read_rows(client, bucket, view, windows)
     fault_point("speed-after-read")
-    args = _call_args(bucket, spec, view, columns, rows, windows, olds)
-    args[2] = guard
-    result = apply(keys=[bucket.current, bucket.guard(spec.query), bucket.epoch], args=args)
-    if result == -1:
+    scalars, distinct = spec.views[view]
+    result = apply_chunk(apply, bucket, spec.micro_batch, view, guard, ([name for name, _ in scalars], distinct),
+                         _window_writes(spec, view, columns, windows, olds))
+    if result == EPOCH_CHANGED:
         raise EpochChangedError(
             f"Redis epoch of {spec.pipeline!r} changed (Redis lost its data); the speed layer must rebuild"
         )
-    if result == -2:
+    if result == ROWS_CHANGED:
         log.warning("rows of %s changed while %s merged them; reading them again", spec.pipeline, guard)
         raise _StaleRows(guard)
     if result not in (0, 1):

@@ -1,10 +1,12 @@
-"""The commit point of a micro-batch: its realtime segments' ``processed`` moves to the micro-batch's
-end version, in every bucket, and is on the replicas before the speed layer may commit its offsets.
+"""The commit point of a micro-batch, and the plan of the one in flight, on the replicas before they count.
 
-On one Redis this is one MULTI over the segments' metadata. On a bucketed store (Redis Cluster)
-it is one atomic call per bucket: a reader of one key reads one bucket and sees the micro-batch
-whole or not at all; a reader of several buckets (top-N) compares the versions they answered at
-and asks again when a commit fell between them (``serving.api.view_reader``).
+A commit moves the realtime segments' ``processed`` to the micro-batch's end version, in every
+bucket. On one Redis this is one MULTI; on a bucketed store (Redis Cluster) one atomic call per
+bucket: a reader of one key reads one bucket and sees the micro-batch whole or not at all; a
+reader of several buckets (top-N) compares the versions they answered at and asks again when a
+commit fell between them (``serving.store.reader``). A segment that died since the micro-batch
+was planned (below the bucket's generation pointer: ``Generations.drop_stale`` deletes it) is skipped,
+as the chunk writes skip it (``serving.store.segments``): a replay's commit leaves no key behind.
 
 Failover. A master that dies before its replica received a write would, after the failover,
 lack it, while the speed layer's checkpoint says the micro-batch is done: a gap nobody repairs.
@@ -13,7 +15,9 @@ wrote the commit: Redis replicates each master's writes as one ordered stream, s
 acknowledged the commit holds every increment the executors wrote there before it. Without the
 acknowledgement (timeout, or the master died) ``ReplicationError`` fails the micro-batch, Spark
 replays it, and the guards (on the replicas too, written in the same atomic calls) make the
-replay re-apply exactly what the new master lacks.
+replay re-apply exactly what the new master lacks. A plan that opens a group of micro-batches
+under one tag (``save_plan``) is waited for the same way: it is the one record of the group's tag
+until the group's commit, so a failover losing it would start the undo logs over mid-group.
 """
 
 from __future__ import annotations
@@ -27,11 +31,20 @@ from redis.exceptions import RedisClusterException
 
 from serving.store.errors import ReplicationError
 from serving.store.keys import Keys
+from serving.store.replies import text
 
-#: KEYS: the segments' meta hashes (one bucket); ARGV: processed version, time.
+#: KEYS: the bucket's generation pointer, then the segments' meta hashes (one bucket); ARGV: processed version,
+#: time, then the segments' bases (ARGV[j + 1] is KEYS[j]'s). A segment below the pointer is dead: not written.
 _COMMIT = """
-for _, meta in ipairs(KEYS) do redis.call('HSET', meta, 'processed', ARGV[1], 'updated_at', ARGV[2]) end
-return #KEYS
+local current = tonumber(redis.call('GET', KEYS[1]) or '-1')
+local n = 0
+for j = 2, #KEYS do
+  if tonumber(ARGV[j + 1]) >= current then
+    redis.call('HSET', KEYS[j], 'processed', ARGV[1], 'updated_at', ARGV[2])
+    n = n + 1
+  end
+end
+return n
 """
 
 #: How long a commit waits for a replica's acknowledgement.
@@ -39,7 +52,7 @@ WAIT_MILLISECONDS = 5_000
 
 
 def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], processed: int) -> None:
-    """Make every increment tagged ``processed`` visible in the segments based at ``bases``.
+    """Make every increment tagged ``processed`` visible in the live segments among those based at ``bases``.
 
     Returns once it is visible in every bucket and, where a bucket's master has replicas, once one
     replica acknowledged it; raises ReplicationError otherwise (the micro-batch must be replayed).
@@ -48,8 +61,7 @@ def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], proc
     if not isinstance(client, RedisCluster):
         pipe = client.pipeline(transaction=True)
         for bucket in keys.all_buckets():
-            for base in bases:
-                pipe.hset(bucket.segment_meta(base), mapping={"processed": processed, "updated_at": now})
+            pipe.execute_command(*_commit_call(bucket, bases, processed, now))
         pipe.execute()
         return
     by_master: dict[str, tuple[redis.Redis, int, list[Keys]]] = {}
@@ -59,14 +71,55 @@ def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], proc
         if primary.name not in by_master:
             by_master[primary.name] = (client.get_redis_connection(primary), len(nodes) - 1, [])
         by_master[primary.name][2].append(bucket)
+    what = f"version {processed} of {keys.pipeline!r}"
     for name, (node, known_replicas, buckets) in by_master.items():
-        try:
-            _commit_on(node, buckets, bases, processed, now, known_replicas, name, keys.pipeline)
-        except (redis.RedisError, OSError) as e:
-            _refresh_slots(client)
-            if isinstance(e, ReplicationError):
-                raise
-            raise ReplicationError(f"committing version {processed} of {keys.pipeline!r} on {name} failed: {e}") from e
+        calls = [_commit_call(bucket, bases, processed, now) for bucket in buckets]
+        _replicated(client, node, calls, known_replicas, name, f"committing {what}", what)
+
+
+def _commit_call(bucket: Keys, bases: Sequence[int], processed: int, now: float) -> tuple:
+    """The EVAL of ``_COMMIT`` in one bucket."""
+    metas = (bucket.segment_meta(b) for b in bases)
+    return ("EVAL", _COMMIT, 1 + len(bases), bucket.current, *metas, processed, now, *bases)
+
+
+def save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
+    """Keep ``plan`` as the plan of micro-batch ``batch_id`` of ``query`` (one plan per query: the latest).
+
+    When it opens a group (the micro-batch ends inside a version: the next ones carry its tag on
+    until the group's commit) and the plan's master has replicas (a Redis Cluster), returns once one
+    acknowledged it; raises ReplicationError otherwise (the micro-batch must be replayed).
+    """
+    key, value = keys.global_keys.plan(query), f"{batch_id}:{plan}"
+    if not (opens_group and isinstance(client, RedisCluster)):
+        client.set(key, value)
+        return
+    nodes = client.nodes_manager.slots_cache[client.keyslot(key)]
+    what = f"the plan of micro-batch {batch_id} of {keys.pipeline!r}"
+    _replicated(client, client.get_redis_connection(nodes[0]), [("SET", key, value)], len(nodes) - 1,
+                nodes[0].name, f"saving {what}", what)
+
+
+def saved_plan(client: redis.Redis, keys: Keys, query: str) -> tuple[int, str] | None:
+    """The micro-batch id and plan ``save_plan`` kept last for ``query``, or None."""
+    stored = client.get(keys.global_keys.plan(query))
+    if stored is None:
+        return None
+    batch_id, plan = text(stored).split(":", 1)
+    return int(batch_id), plan
+
+
+def _replicated(client: RedisCluster, node: redis.Redis, calls: list[tuple], known_replicas: int, name: str,
+                doing: str, what: str) -> None:
+    """``calls`` on master ``name``, then acknowledged by a replica (``_on_replica``); any failure is a
+    ReplicationError, after which the slot map is asked for again."""
+    try:
+        _on_replica(node, calls, known_replicas, name, what)
+    except (redis.RedisError, OSError) as e:
+        _refresh_slots(client)
+        if isinstance(e, ReplicationError):
+            raise
+        raise ReplicationError(f"{doing} on {name} failed: {e}") from e
 
 
 def _refresh_slots(client: RedisCluster) -> None:
@@ -78,23 +131,20 @@ def _refresh_slots(client: RedisCluster) -> None:
         pass
 
 
-def _commit_on(node: redis.Redis, buckets: list[Keys], bases: Sequence[int], processed: int, now: float,
-               known_replicas: int, name: str, pipeline: str) -> None:
-    """The commit on one master, all on one connection (WAIT covers what *its* connection wrote):
-    each bucket's call, then ROLE (still the master? replicas attached now?), then WAIT if any replica
-    is expected (known to the cluster's slot map, or attached)."""
+def _on_replica(node: redis.Redis, calls: list[tuple], known_replicas: int, name: str, what: str) -> None:
+    """``calls`` on one master, all on one connection (WAIT covers what *its* connection wrote), then
+    ROLE (still the master? replicas attached now?), then WAIT if any replica is expected (known to the
+    cluster's slot map, or attached)."""
     connection = node.connection_pool.get_connection()
     try:
-        for bucket in buckets:
-            connection.send_command("EVAL", _COMMIT, len(bases), *(bucket.segment_meta(b) for b in bases),
-                                    processed, now)
-        for _ in buckets:
+        for call in calls:
+            connection.send_command(*call)
+        for _ in calls:
             connection.read_response()
         connection.send_command("ROLE")
         role = connection.read_response()
         if role[0] not in (b"master", "master"):
-            raise ReplicationError(f"{name} is no longer a master (a failover): version {processed} of {pipeline!r} "
-                                   "is replayed on the new one")
+            raise ReplicationError(f"{name} is no longer a master (a failover): {what} is replayed on the new one")
         if max(known_replicas, len(role[2])) == 0:
             return
         connection.send_command("WAIT", 1, WAIT_MILLISECONDS)
@@ -103,5 +153,5 @@ def _commit_on(node: redis.Redis, buckets: list[Keys], bases: Sequence[int], pro
         node.connection_pool.release(connection)
     if acknowledged < 1:
         raise ReplicationError(
-            f"no replica of {name} acknowledged version {processed} of {pipeline!r} within "
+            f"no replica of {name} acknowledged {what} within "
             f"{WAIT_MILLISECONDS} ms: the micro-batch is replayed rather than counted as done")

@@ -1,6 +1,7 @@
-"""Where a speed-layer query starts: a checkpoint of an older segment layout rebuilds the segments; a query
-stopped before its first micro-batch resumes after the generation it started after. How a micro-batch is
-tagged: one after a micro-batch that ended inside a version carries that one's tag on.
+"""Where a speed-layer query starts: a checkpoint of an older segment layout rebuilds the segments, one of
+another format starts a fresh query; a query stopped before its first micro-batch resumes after the generation
+it started after. How a micro-batch is tagged: one after a micro-batch that ended inside a version carries that
+one's tag on.
 
 Real Redis and a real checkpoint folder; no stream runs (``SpeedLayer._identity`` decides where the
 query starts before Spark is asked for anything).
@@ -9,20 +10,24 @@ query starts before Spark is asked for anything).
 from __future__ import annotations
 
 import json
+import logging
 from typing import NamedTuple
 
 import pytest
 import redis
 
-from batch_layer.recompute import publish
 from deploy.settings import Settings
 from serving.store.connection import store_keys
-from serving.store.generations import ensure_epoch
+from serving.store.generation_meta import GenerationMeta
+from serving.store.generations import Generations, ensure_epoch
 from serving.store.keys import Keys
+from serving.store.segments import SEGMENT_LAYOUT
 from shared_logic.pipeline import Pipeline
 from shared_logic.registry import load_pipeline
-from speed_layer.job import SpeedLayer, _Summary
-from speed_layer.segments import SEGMENT_LAYOUT
+from speed_layer.identity import CHECKPOINT_FORMAT
+from speed_layer.input import Summary, ends_inside_version
+from speed_layer.job import SpeedLayer
+from speed_layer.plan import Plan
 
 SERVED = 7
 
@@ -42,8 +47,9 @@ def _served(make_settings, redis_url: str, logic: str | None = None) -> _Served:
     client = redis.Redis.from_url(redis_url)
     keys = store_keys(pipeline.name, redis_url)
     epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, SERVED, epoch)
-    assert publish.flip(client, keys, SERVED, epoch, {"logic": logic or pipeline.logic})
+    generations = Generations(client, keys)
+    generations.begin(SERVED, epoch)
+    assert generations.flip(SERVED, epoch, GenerationMeta(logic=logic or pipeline.logic))
     return _Served(settings, pipeline, client, keys, epoch)
 
 
@@ -58,7 +64,8 @@ def test_a_checkpoint_resumes_only_segments_of_the_layout_this_code_writes(
                                                       None if served_by == "ours" else "0ther1ogic00")
     old_segment = keys.segment_scores(SERVED, "word_counts", "count")
     client.zadd(old_segment, {"spark": 3})  # a segment as layout 1 wrote it: no rows hash
-    identity = {"query": "q-before", "epoch": epoch, "partitions": 2, "chunk": 100, "logic": pipeline.logic}
+    identity = {"query": "q-before", "epoch": epoch, "partitions": 2, "chunk": 100, "logic": pipeline.logic,
+                "format": CHECKPOINT_FORMAT, "starting": SERVED}
     if layout is not None:
         identity["layout"] = layout
     settings.speed_checkpoint_path.mkdir(parents=True)
@@ -69,7 +76,7 @@ def test_a_checkpoint_resumes_only_segments_of_the_layout_this_code_writes(
 
     saved = json.loads((settings.speed_checkpoint_path / "lambda_query.json").read_text())
     if resumes:
-        assert (starting, job.query_id, client.exists(old_segment)) == (-1, "q-before", 1)
+        assert (starting, job.query_id, client.exists(old_segment)) == (SERVED, "q-before", 1)
     else:  # a new query after the served generation, over segments rebuilt from scratch
         assert (starting, client.exists(old_segment)) == (SERVED, 0)
         assert job.query_id != "q-before" and saved["query"] == job.query_id
@@ -88,13 +95,32 @@ def test_a_query_stopped_before_its_first_micro_batch_resumes_after_the_generati
     resumed = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
     assert (resumed._identity(), resumed.query_id) == (SERVED, fresh.query_id)
 
-    # An identity written before it kept the start: the speed hash, still this query's, says where it started.
+
+
+@pytest.mark.parametrize("format_", [None, CHECKPOINT_FORMAT + 1], ids=["unrecorded", "newer"])
+def test_a_checkpoint_of_another_format_starts_a_fresh_query_and_says_why(
+        make_settings, redis_url: str, format_: int | None, caplog: pytest.LogCaptureFixture) -> None:
+    settings, pipeline, client, keys, _ = _served(make_settings, redis_url)
+    before = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+    before._identity()
+    segment = keys.segment_rows(SERVED, "word_counts")
+    client.hset(segment, "spark", "[\"3.0\"]")  # counted by the query before: rebuilt by the fresh one
     identity = settings.speed_checkpoint_path / "lambda_query.json"
     saved = json.loads(identity.read_text())
-    del saved["starting"]
+    if format_ is None:
+        del saved["format"]
+    else:
+        saved["format"] = format_
     identity.write_text(json.dumps(saved))
-    older = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
-    assert older._identity() == SERVED
+
+    with caplog.at_level(logging.WARNING, logger="speed_layer.identity"):
+        fresh = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
+        starting = fresh._identity()
+    assert (starting, client.exists(segment)) == (SERVED, 0)
+    assert fresh.query_id != before.query_id
+    assert json.loads(identity.read_text())["format"] == CHECKPOINT_FORMAT
+    assert f"checkpoint is in format {format_ or 'unrecorded'}, this code keeps format {CHECKPOINT_FORMAT}" \
+        in caplog.text
 
 
 def _log_end_offset(checkpoint, batch_id: int, version: int, index: int) -> None:
@@ -105,20 +131,26 @@ def _log_end_offset(checkpoint, batch_id: int, version: int, index: int) -> None
     (checkpoint / "offsets" / str(batch_id)).write_text(f"v1\n{{}}\n{json.dumps(end)}")
 
 
+def _plan(job: SpeedLayer, batch_id: int, summary: Summary) -> Plan:
+    """The plan as ``SpeedLayer._process`` asks for it."""
+    assert job._planner is not None
+    inside = ends_inside_version(job.checkpoint, batch_id) is not None
+    return job._planner.plan(batch_id, summary, ends_inside=inside)
+
+
 def test_a_micro_batch_after_one_that_ended_inside_a_version_carries_its_tag_on(make_settings, redis_url: str) -> None:
     settings, pipeline, client, keys, _ = _served(make_settings, redis_url)
     job = SpeedLayer(None, settings, pipeline, redis_url=redis_url)  # type: ignore[arg-type]
     job._identity()
     checkpoint = settings.speed_checkpoint_path
 
-    # Micro-batch 3, planned by code before tags were kept, ended inside version 12 and is replayed now.
-    client.set(keys.plan(job.query_id), f"3:{json.dumps({'bases': [SERVED], 'driver': None})}")
-    _log_end_offset(checkpoint, 3, 12, 1)
-    assert job._plan(3, _Summary(12, [])).tag == 12
+    _log_end_offset(checkpoint, 3, 12, 1)  # micro-batch 3 ends inside version 12
+    assert _plan(job, 3, Summary(12, [])).tag == 12
+    assert _plan(job, 3, Summary(12, [])).tag == 12  # a replay: the same
     _log_end_offset(checkpoint, 4, 12, 3)  # the next part of version 12: still not its end
-    assert job._plan(4, _Summary(12, []))[2:] == (12, True)
+    assert _plan(job, 4, Summary(12, []))[2:] == (12, True)
     _log_end_offset(checkpoint, 5, 15, -1)  # the rest of 12 and more, to the end of version 14
-    assert job._plan(5, _Summary(14, []))[2:] == (12, True)
-    assert job._plan(5, _Summary(14, []))[2:] == (12, True)  # a replay: the same
+    assert _plan(job, 5, Summary(14, []))[2:] == (12, True)
+    assert _plan(job, 5, Summary(14, []))[2:] == (12, True)  # a replay: the same
     _log_end_offset(checkpoint, 6, 16, -1)  # committed micro-batch 5 ended where a version does
-    assert job._plan(6, _Summary(15, []))[2:] == (15, False)
+    assert _plan(job, 6, Summary(15, []))[2:] == (15, False)

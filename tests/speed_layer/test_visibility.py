@@ -19,17 +19,17 @@ import redis
 from pyspark.sql import functions as F
 
 from batch_layer.faults import injected
-from serving.api.errors import UnavailableError
 from serving.api.key_pages import Listing, page_answer
 from serving.api.queries import key_answer
-from serving.api.view_reader import ServingStore
+from serving.store.errors import StoreUnavailableError
 from serving.store.generations import ensure_epoch
 from serving.store.keys import EXACT_DISTINCT_MAX, Keys, row_parts
+from serving.store.reader import ServingStore
+from serving.store.segments import MAX_CHUNK_ROWS
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import (
     DEPTH,
     KEY,
-    MAX_CHUNK_ROWS,
     MEMBER,
     VALUE,
     WS,
@@ -177,9 +177,9 @@ def test_a_store_never_answers_at_a_version_older_than_it_answered_at(redis_url:
         try:
             assert (await store.read("probe", [("a", None)], SCALARS, [])).generation.version == 50
             client.delete(keys.segment_meta(BASE))  # e.g. the speed layer rebuilding its segments from scratch
-            with pytest.raises(UnavailableError, match="older than version 50"):
+            with pytest.raises(StoreUnavailableError, match="older than version 50"):
                 await store.read("probe", [("a", None)], SCALARS, [])
-            with pytest.raises(UnavailableError, match="older than version 50"):
+            with pytest.raises(StoreUnavailableError, match="older than version 50"):
                 await store.top("probe", "count", None, 5)
             client.hset(keys.segment_meta(BASE), "processed", 60)  # caught up again
             assert (await store.top("probe", "count", None, 5)).generation.version == 60

@@ -107,20 +107,23 @@ def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exac
     import asyncio
     import json
 
-    from batch_layer.recompute import publish
-    from serving.api.view_reader import ServingStore
+    from serving.store.generation_meta import GenerationMeta
+    from serving.store.generations import Generations
+    from serving.store.rankings import Rankings
+    from serving.store.reader import ServingStore
 
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
     client, keys = redis_client(url), store_keys("wc", url)
     counts = {f"word{i:03d}": (i * 37) % 101 + 1 for i in range(300)}  # plain-Python oracle
-    epoch = ensure_epoch(client, keys)
-    publish.begin(client, keys, 5, epoch)
+    generations = Generations(client, keys)
+    epoch = generations.ensure_epoch()
+    generations.begin(5, epoch)
     for word, count in counts.items():
         client.hset(keys.for_key(word).rows(5, "word_counts"), word, json.dumps([count]))
-    assert publish.flip(client, keys, 5, epoch, {"measures:word_counts": ["count"]})
+    assert generations.flip(5, epoch, GenerationMeta(measures={"word_counts": ["count"]}))
 
     builds: list[str] = []
-    real = ServingStore._rank
+    real = Rankings._rank
 
     async def counting(self, bucket, ranking, *args):
         if not await self.client.exists(ranking):  # the builds that build (one may find it done: no cost)
@@ -128,7 +131,7 @@ def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exac
         await asyncio.sleep(0.05)  # long enough for every request to arrive while it builds
         await real(self, bucket, ranking, *args)
 
-    monkeypatch.setattr(ServingStore, "_rank", counting)
+    monkeypatch.setattr(Rankings, "_rank", counting)
 
     async def ask() -> list:
         reader = ServingStore(url, "wc")
@@ -142,3 +145,31 @@ def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exac
     for answer in answers:
         ranked = sorted(answer.batch.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         assert ranked == [(w, float(c)) for w, c in want]
+
+
+@pytest.mark.parametrize("store", ["one Redis", "cluster"])
+def test_a_replayed_commit_leaves_no_key_in_a_segment_that_died_since_its_plan(
+        store: str, request: pytest.FixtureRequest) -> None:
+    """A micro-batch planned for segments 3 and 5 is replayed after generation 5 was served and segment 3
+    dropped (``drop_stale``): its commit moves segment 5 on and writes nothing under segment 3, which no
+    index lists any more (a key there would never be dropped)."""
+    from serving.store.generation_meta import GenerationMeta
+    from serving.store.generations import Generations
+    from serving.store.segment_commits import commit_processed
+
+    url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
+    client, keys = redis_client(url), store_keys("orders", url)
+    generations = Generations(client, keys)
+    epoch = generations.ensure_epoch()
+    for generation in (3, 5):
+        generations.begin(generation, epoch)
+        assert generations.flip(generation, epoch, GenerationMeta())
+        if generation == 3:
+            commit_processed(client, keys, [3], 4)  # the micro-batch before: segment 3 is live
+    generations.drop_stale()
+    assert not any(client.exists(b.segment_meta(3)) for b in keys.all_buckets())
+
+    commit_processed(client, keys, [3, 5], 8)  # the replay, with its plan's bases
+
+    assert {client.hget(b.segment_meta(5), "processed") for b in keys.all_buckets()} == {b"8"}
+    assert [key for b in keys.every_prefix() for key in client.scan_iter(match=f"{b.segment_prefix(3)}:*")] == []
