@@ -10,33 +10,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from deploy.status import PARTS, platform_status
-from tests.support import CLICKS_PIPELINE, free_port
-
-
-def installed_command() -> list[str]:
-    """The console script `pip install` made (it has no current folder on sys.path), or its equivalent."""
-    script = Path(sys.executable).with_name("lambda-platform")
-    if script.exists():
-        return [str(script)]
-    if sys.version_info < (3, 11):
-        pytest.skip("needs the installed console script or python -P")
-    return [sys.executable, "-P", "-m", "deploy.cli"]
-
-
-def cli(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-    environment.update(env)
-    return subprocess.run([*installed_command(), *args], cwd=folder, env=environment, capture_output=True,
-                          text=True, timeout=180)
+from tests.support import CLICKS_PIPELINE, cli, free_port
 
 
 def test_ingest_finds_the_module_in_the_current_folder_and_reports_once(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ import redis
 from deploy.settings import Settings
 from deploy.status import platform_status
 from deploy.supervisor import Child, Supervisor, read_children
+from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth
 from serving.store.keys import Keys
-from tests.deploy.test_cli_messages import cli
-from tests.serving.api.test_metrics import master_with_versions
-from tests.support import wait_for
+from tests.support import cli, wait_for
+from tests.support.master import master_with_versions
 
 #: A child that says what is wrong the way the command line does, then exits 1.
 _CRASHER = "import sys; print('starting'); print('error: RuntimeError: scheduler cannot read its schedule', flush=True); sys.exit(1)"
@@ -36,8 +36,8 @@ def _published(settings: Settings, redis_url: str) -> redis.Redis:
     master_with_versions(settings, 4)
     keys, client = Keys("wordcount"), redis.Redis.from_url(redis_url)
     client.set(keys.current, 3)
-    client.hset(keys.meta(3), mapping={"computed_at": time.time(), "run_id": "r1", "logic": ""})
-    client.hset(keys.speed, mapping={"processed": 3, "batch_id": 2, "heartbeat_at": time.time(), "state": "running"})
+    client.hset(keys.meta(3), mapping=GenerationMeta(run_id="r1", computed_at=time.time()).to_hash())
+    SpeedHealth(client, keys.speed).record_success(processed=3, batch_id=2, heartbeat_at=time.time(), state="running")
     return client
 
 
@@ -57,7 +57,7 @@ def test_a_failing_speed_layer_is_shown_failing_with_its_error(
         health = SpeedHealth(client, Keys("wordcount").speed)
         for _ in range(3):
             health.record_failure(ValueError("poison event at version 3"))
-        client.hset(Keys("wordcount").speed, "heartbeat_at", time.time())  # restarted: alive between failures
+        health.beat(query="q1", state="running", ui_url="")  # restarted: alive between failures
         status = platform_status(settings)
     speed = {p.name: p for p in status.parts}["speed layer"]
     assert speed.state == "failing" and not status.serving and "speed layer" in status.failing

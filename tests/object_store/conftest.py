@@ -21,10 +21,7 @@ import pytest
 
 from deploy.settings import Settings
 from tests.support import free_port
-
-ACCESS_KEY_ID = "lambda-test-key"
-#: A recognisable secret: tests assert it never shows up in output.
-SECRET = "s3cr3t-LAMBDA-never-shown-9f2c"
+from tests.support.s3 import ACCESS_KEY_ID, SECRET
 
 
 @dataclass

@@ -26,7 +26,7 @@ from batch_layer.master.object_store import (
 from deploy.cli import run
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.object_store.conftest import SECRET
+from tests.support.s3 import SECRET
 
 PIPELINE = "payments"
 

@@ -24,7 +24,7 @@ from deploy.settings import Settings
 from serving.api.app import create_app
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.object_store.conftest import SECRET
+from tests.support.s3 import SECRET
 from tests.support.servers import ApiServer
 from tests.support.speed import assert_exact
 

@@ -21,19 +21,9 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from speed_layer.job import SpeedLayer
-from tests.serving.api.test_key_pages import (
-    AIRPORTS,
-    ALL,
-    PIPELINE,
-    as_oracle,
-    check_values,
-    every_page,
-    flights,
-    oracle,
-    rows_of,
-    write_realtime,
-)
 from tests.support import ingest_file
+from tests.support.flights import AIRPORTS, ALL, PIPELINE, flights, oracle, write_realtime
+from tests.support.key_pages import as_oracle, check_values, every_page, rows_of
 
 
 def test_answers_are_the_generations_alone_while_a_fresh_start_drops_the_segments(

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,11 +29,11 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
-from shared_logic import load_pipeline
 from tests import oracle
+from tests.support.master import open_master
+from tests.support.payments import READ_ITEMS, ingest_some
 from tests.support.servers import RedisServer
 from tests.support.speed import (
     VersionedReader,
@@ -46,33 +45,16 @@ from tests.support.speed import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
-START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
-
-
-def _master(settings) -> MasterDataset:
-    return MasterDataset.open(settings, load_pipeline(settings.pipeline))
-
-
-def _ingest_some(master: MasterDataset, rng: random.Random, n: int) -> None:
-    events = oracle.payments_events(rng, n, START, seconds=5 * 3600)
-    master.append(master.pipeline.schema.validate(events))
-
-
-#: What the readers ask for while things happen: every user, all time and in one hourly window.
-READ_ITEMS = [(view, user, window) for user in oracle.PAYMENT_USERS
-              for view, window in (("spend_by_user", None), ("spend_by_user_hourly", int(START.timestamp()) + 3600))]
-
-
 def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
     # Small chunks: a micro-batch takes many write calls, so readers often land between two of them.
     settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3)
-    master, rng = _master(settings), random.Random(11)
-    _ingest_some(master, rng, 80)
+    master, rng = open_master(settings), random.Random(11)
+    ingest_some(master, rng, 80)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
     with running_speed_layer(spark, settings), api(pipeline="payments") as server:
         with VersionedReader(server.base_url, settings, READ_ITEMS) as reader:
             for step in range(14):
-                _ingest_some(master, rng, rng.randint(1, 15))
+                ingest_some(master, rng, rng.randint(1, 15))
                 if step in (3, 9):
                     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
                 if step == 6:
@@ -92,13 +74,13 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
     driver_rows = {"tasks": 0, "driver": 10_000}
     settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=2,
                              speed_driver_rows=driver_rows[replay_by])
-    master, rng = _master(settings), random.Random(31)
-    _ingest_some(master, rng, 60)
+    master, rng = open_master(settings), random.Random(31)
+    ingest_some(master, rng, 60)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
     with running_speed_layer(spark, settings):
-        _ingest_some(master, rng, 30)
+        ingest_some(master, rng, 30)
         committed = wait_caught_up(settings)
-    _ingest_some(master, rng, 40)
+    ingest_some(master, rng, 40)
     cut = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-between-chunks", "LAMBDA_SPEED_CHUNK_ROWS": "2",
                                     "LAMBDA_SPEED_DRIVER_ROWS": str(driver_rows[cut_by])})
     assert cut.wait(300) != 0, "the speed layer survived a write partition dying midway"
@@ -151,21 +133,21 @@ def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
 
 def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
     settings = make_settings(pipeline="payments")
-    master, rng = _master(settings), random.Random(23)
-    _ingest_some(master, rng, 60)
+    master, rng = open_master(settings), random.Random(23)
+    ingest_some(master, rng, 60)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
 
     # First life: dies right after a micro-batch's increments reached Redis, before Spark committed
     # its offsets. The restart replays that micro-batch: only the guard keeps it from counting twice.
     first = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-after-write"})
-    _ingest_some(master, rng, 10)
+    ingest_some(master, rng, 10)
     assert first.wait(240) == -9
     speed = _speed_process(settings)
     stop_ingest = threading.Event()
 
     def ingest() -> None:
         while not stop_ingest.is_set():
-            _ingest_some(master, rng, rng.randint(1, 10))
+            ingest_some(master, rng, rng.randint(1, 10))
             time.sleep(0.05)
 
     feeder = threading.Thread(target=ingest, daemon=True)
@@ -201,12 +183,12 @@ def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path
     durable.start(appendonly=True)
     try:
         settings = make_settings(pipeline="payments", redis_url=durable.url, speed_trigger_seconds=0.2)
-        master, rng = _master(settings), random.Random(5)
-        _ingest_some(master, rng, 40)
+        master, rng = open_master(settings), random.Random(5)
+        ingest_some(master, rng, 40)
         run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
         with running_speed_layer(spark, settings):
             for step in range(10):
-                _ingest_some(master, rng, 5)
+                ingest_some(master, rng, 5)
                 if step == 4:
                     durable.stop()
                     time.sleep(1.0)

@@ -21,7 +21,8 @@ import redis
 
 from batch_layer.recompute.job import run_batch
 from deploy.redis_cluster import LocalRedisCluster
-from tests.speed_layer.test_exactness import READ_ITEMS, _ingest_some, _master
+from tests.support.master import open_master
+from tests.support.payments import READ_ITEMS, ingest_some
 from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
@@ -31,13 +32,13 @@ def test_invariant_on_a_redis_cluster(spark, make_settings, api, cluster_url: st
     # Small chunks: a micro-batch takes many write calls per bucket, so readers land between them.
     settings = make_settings(pipeline="payments", redis_url=cluster_url, speed_trigger_seconds=0.2,
                              speed_chunk_rows=3)
-    master, rng = _master(settings), random.Random(17)
-    _ingest_some(master, rng, 80)
+    master, rng = open_master(settings), random.Random(17)
+    ingest_some(master, rng, 80)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
     with running_speed_layer(spark, settings), api(pipeline="payments", redis_url=settings.redis_url) as server:
         with VersionedReader(server.base_url, settings, READ_ITEMS) as reader:
             for step in range(10):
-                _ingest_some(master, rng, rng.randint(1, 15))
+                ingest_some(master, rng, rng.randint(1, 15))
                 if step in (3, 7):
                     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
                 time.sleep(rng.uniform(0, 0.3))
@@ -57,14 +58,14 @@ def test_killed_master_loses_no_acknowledged_micro_batch(spark, make_settings, a
     cluster = LocalRedisCluster(tmp_path / "cluster", replicas=1).start()
     try:
         settings = make_settings(pipeline="payments", redis_url=cluster.url, speed_trigger_seconds=0.2)
-        master, rng = _master(settings), random.Random(29)
-        _ingest_some(master, rng, 60)
+        master, rng = open_master(settings), random.Random(29)
+        ingest_some(master, rng, 60)
         run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
         stop_ingest = threading.Event()
 
         def ingest() -> None:
             while not stop_ingest.is_set():
-                _ingest_some(master, rng, rng.randint(1, 8))
+                ingest_some(master, rng, rng.randint(1, 8))
                 time.sleep(0.1)
 
         with running_speed_layer(spark, settings) as speed:

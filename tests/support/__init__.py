@@ -2,11 +2,15 @@
 
 Plain functions, no fixtures (those live in the conftest files). Nothing here is a fake: ingest
 writes the real master dataset, the scheduler runs in a real thread with the session's Spark.
+Larger groups live beside this module, one per noun (``flights``, ``key_pages``, ``master``, ``metrics``,
+``payments``, ``published``, ``s3``, ``servers``, ``speed``, ...). A test module imports its helpers from
+here, never from another test module or a conftest (``tests/test_layout.py`` checks).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
+
+import pytest
 
 from batch_layer.master.dataset import IngestResult, MasterDataset
 from deploy.scheduler import run_scheduler
@@ -66,6 +72,25 @@ def wait_for(check: Callable[[], T], what: str = "condition", timeout: float = 1
 def run_cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """``lambda-platform ARGS`` in a subprocess with ``env``; its exit code and output (text)."""
     return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def installed_command() -> list[str]:
+    """The console script `pip install` made (it has no current folder on sys.path), or its equivalent."""
+    script = Path(sys.executable).with_name("lambda-platform")
+    if script.exists():
+        return [str(script)]
+    if sys.version_info < (3, 11):
+        pytest.skip("needs the installed console script or python -P")
+    return [sys.executable, "-P", "-m", "deploy.cli"]
+
+
+def cli(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``lambda-platform ARGS`` run from ``folder`` as a user runs it: this environment without
+    its ``LAMBDA_*`` variables, plus ``env``; its exit code and output (text)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
+    environment.update(env)
+    return subprocess.run([*installed_command(), *args], cwd=folder, env=environment, capture_output=True,
+                          text=True, timeout=180)
 
 
 def key_url(view: str, key: str) -> str:

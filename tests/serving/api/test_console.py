@@ -1,7 +1,7 @@
 """The web console (``/console``) in Debian's headless chromium against a real API, Redis and Spark.
 
 A batch generation of the composite-key flights pipeline is published from real events and a
-realtime segment written on top of it (as in ``test_key_pages``). Each page is loaded in the
+realtime segment written on top of it (``tests.support.flights``, as in ``test_key_pages``). Each page is loaded in the
 browser (driven through chromedriver, kept off the network: every host but 127.0.0.1 resolves to
 nothing) and the numbers it shows (each element carries its number raw in ``data-value``) are
 compared with the API's own answers and with a pandas oracle over the events. Screenshots go to
@@ -22,9 +22,9 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.serving.api.test_key_pages import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 from tests.support import ingest_file, key_url, wait_for
 from tests.support.browser import field, load, raw, values
+from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 
 ADMIN = "console-admin-key"
 

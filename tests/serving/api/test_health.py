@@ -1,9 +1,9 @@
 """Readiness, metrics and the console tell the truth about a failing speed layer.
 
 The API runs over HTTP (real uvicorn, real Redis); the master dataset is a real Delta table with a
-few versions and the served generation is written by hand, so the lag is known exactly. The speed
-layer's failures and successes are written by its own writer (``SpeedHealth``), as the speed
-layer's runner writes them; nothing is mocked.
+few versions and the served generation is set by hand (its record by ``GenerationMeta``), so the lag
+is known exactly. The speed layer's beats, failures and successes are written by its own writer
+(``SpeedHealth``), as the speed layer's job and runner write them; nothing is mocked.
 """
 
 from __future__ import annotations
@@ -18,30 +18,42 @@ import pytest
 import redis
 
 from deploy.settings import Settings
+from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth, short_error
 from serving.store.keys import Keys
-from tests.serving.api.test_metrics import master_with_versions, scrape, value
+from tests.support.master import master_with_versions
+from tests.support.metrics import scrape, value
 
 
 @contextmanager
 def platform(make_settings: Callable[..., Settings], redis_url: str, *, versions: int, generation: int,
-             pipeline: str = "wordcount") -> Iterator[tuple[redis.Redis, Keys, SpeedHealth]]:
-    """A master with ``versions`` versions and ``generation`` served; yields a client, the keys, the writer."""
+             pipeline: str = "wordcount") -> Iterator[SpeedHealth]:
+    """A master with ``versions`` versions and ``generation`` served; yields the speed layer's writer."""
     settings = make_settings(pipeline=pipeline)
     if versions:
         master_with_versions(settings, versions)
     keys, client = Keys(pipeline), redis.Redis.from_url(redis_url)
     client.set(keys.current, generation)
-    client.hset(keys.meta(generation), mapping={"computed_at": time.time(), "run_id": "r1", "events": versions})
+    meta = GenerationMeta(run_id="r1", computed_at=time.time(), events=versions)
+    client.hset(keys.meta(generation), mapping=meta.to_hash())
     try:
-        yield client, keys, SpeedHealth(client, keys.speed)
+        yield SpeedHealth(client, keys.speed)
     finally:
         client.close()
 
 
-def beat(client: redis.Redis, keys: Keys, **fields: Any) -> None:
-    """A heartbeat of the speed layer now (its runner's), with ``fields``."""
-    client.hset(keys.speed, mapping={"heartbeat_at": time.time(), "query": "q1", "state": "running", **fields})
+def beat(health: SpeedHealth, *, processed: int | None = None, batch_id: int | None = None) -> None:
+    """A heartbeat of the speed layer now, as its job writes it: with ``batch_id``, micro-batch ``batch_id``
+    committed through version ``processed`` (a success); else a beat, having started from the served
+    generation ``processed`` if given."""
+    if batch_id is not None:
+        assert processed is not None
+        health.record_success(processed=processed, batch_id=batch_id, heartbeat_at=time.time(), query="q1",
+                              state="running")
+        return
+    if processed is not None:
+        health.rebuilt_from(processed)
+    health.beat(query="q1", state="running", ui_url="")
 
 
 def ready(client: httpx.Client, **params: str) -> tuple[int, str]:
@@ -53,9 +65,9 @@ def ready(client: httpx.Client, **params: str) -> tuple[int, str]:
 def test_a_failing_speed_layer_is_not_ready_with_its_error_and_count(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str,
 ) -> None:
-    with platform(make_settings, redis_url, versions=4, generation=3) as (r, keys, health), \
+    with platform(make_settings, redis_url, versions=4, generation=3) as health, \
             api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
-        beat(r, keys, processed=3, batch_id=5)
+        beat(health, processed=3, batch_id=5)
         status, detail = ready(http)
         assert status == 200 and "speed layer up" in detail, detail
 
@@ -64,7 +76,7 @@ def test_a_failing_speed_layer_is_not_ready_with_its_error_and_count(
         assert status == 503, detail
         assert "speed layer failing: ValueError: poison event at version 3 (failed once since its last success)" \
             in detail, detail
-        beat(r, keys)  # restarted: its heartbeat is fresh again, it is still failing
+        beat(health)  # restarted: its heartbeat is fresh again, it is still failing
         health.record_failure(ValueError("poison event at version 3"))
         health.record_failure(ValueError("poison event at version 3"))
         status, detail = ready(http)
@@ -82,18 +94,18 @@ def test_a_failing_speed_layer_is_not_ready_with_its_error_and_count(
 def test_readiness_waits_for_the_first_micro_batch_while_answers_lag(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str,
 ) -> None:
-    with platform(make_settings, redis_url, versions=6, generation=3) as (r, keys, _), \
+    with platform(make_settings, redis_url, versions=6, generation=3) as health, \
             api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
         status, detail = ready(http)  # versions 4 and 5 are in no answer, and no speed layer ran
         assert status == 503, detail
         assert "speed layer has not applied a micro-batch yet (speed layer never ran)" in detail, detail
         assert "lag the master by 2 versions" in detail, detail
 
-        beat(r, keys, processed=3)  # started from the generation, nothing applied yet
+        beat(health, processed=3)  # started from the generation, nothing applied yet
         status, detail = ready(http)
         assert status == 503 and "has not applied a micro-batch yet (speed layer up" in detail, detail
 
-        beat(r, keys, processed=5, batch_id=0)
+        beat(health, processed=5, batch_id=0)
         status, detail = ready(http)
         assert status == 200 and "lag 0 versions" in detail, detail
 
@@ -108,13 +120,25 @@ def test_nothing_to_apply_is_ready_without_a_speed_layer(
         assert status == 200 and "speed layer never ran" in detail, detail
 
 
+def test_nothing_published_is_not_ready_and_says_how_to_publish(
+    api: Callable[..., Any], make_settings: Callable[..., Settings],
+) -> None:
+    """A fresh platform (an empty master, nothing published): 503 naming the fix, while `up` keeps serving."""
+    make_settings()
+    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+        status, detail = ready(http)
+        assert status == 503 and "no batch generation is published yet" in detail, detail
+        assert "lambda-platform batch run" in detail, detail
+        assert http.get("/healthz").status_code == 200
+
+
 def test_readiness_covers_every_pipeline(api: Callable[..., Any], make_settings: Callable[..., Settings],
                                          redis_url: str) -> None:
     """One process runs every pipeline's speed layer: the failing one is named even when it is not the default."""
     with platform(make_settings, redis_url, versions=4, generation=3), \
-            platform(make_settings, redis_url, versions=0, generation=7, pipeline="payments") as (r, keys, health), \
+            platform(make_settings, redis_url, versions=0, generation=7, pipeline="payments") as health, \
             api(pipelines=["wordcount", "payments"]) as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
-        beat(r, keys, processed=7, batch_id=1)
+        beat(health, processed=7, batch_id=1)
         assert ready(http)[0] == 200
         health.record_failure(RuntimeError("the speed layer's query failed: boom"))
         status, detail = ready(http)
@@ -135,9 +159,9 @@ def test_errors_are_one_line_without_credentials() -> None:
 def test_metrics_show_the_failing_part(api: Callable[..., Any], make_settings: Callable[..., Settings],
                                        redis_url: str) -> None:
     p = {"pipeline": "wordcount", "part": "speed"}
-    with platform(make_settings, redis_url, versions=4, generation=3) as (r, keys, health), \
+    with platform(make_settings, redis_url, versions=4, generation=3) as health, \
             api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
-        beat(r, keys, processed=3, batch_id=5)
+        beat(health, processed=3, batch_id=5)
         found = scrape(http)
         assert value(found, "lambda_part_failing", **p) == 0 and value(found, "lambda_part_failures", **p) == 0
 
@@ -161,8 +185,8 @@ def test_console_shows_the_failing_speed_layer(browser: Any, api: Callable[..., 
                                                make_settings: Callable[..., Settings], redis_url: str) -> None:
     from tests.support.browser import load
 
-    with platform(make_settings, redis_url, versions=4, generation=3) as (r, keys, health), api() as server:
-        beat(r, keys, processed=3, batch_id=5)
+    with platform(make_settings, redis_url, versions=4, generation=3) as health, api() as server:
+        beat(health, processed=3, batch_id=5)
         for _ in range(3):
             health.record_failure(ValueError("poison event at version 3"))
         load(browser, f"{server.base_url}/console", "overview")

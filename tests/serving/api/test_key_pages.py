@@ -19,107 +19,24 @@ published (a flip). Checked against pandas over the events (never the code's own
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import json
 import random
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pandas as pd
 import pytest
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
-from serving.store.connection import redis_client, store_keys
-from serving.store.generations import read_epoch
-from serving.store.segment_commits import commit_processed
 from shared_logic.registry import load_pipeline
-from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 from tests.support import ingest_file
-
-PIPELINE = "tests.support.flights_pipeline"
-START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
-AIRPORTS = ["JFK", "LAX", "SFO", "ORD", "JAX", "X|Y", "B\\S", "Ünï"]
-ALL, HOURLY = "flights_by_route", "flights_by_route_hourly"
-
-
-def flights(rng: random.Random, n: int, airports: list[str]) -> list[dict[str, Any]]:
-    return [{"origin": rng.choice(airports), "dest": rng.choice(airports), "delay": rng.randint(-5, 90),
-             "event_time": (START + timedelta(seconds=rng.randrange(6 * 3600))).isoformat()} for _ in range(n)]
-
-
-def encoded(*values: str) -> str:
-    return "|".join(v.replace("\\", "\\\\").replace("|", "\\|") for v in values)
-
-
-def oracle(events: list[dict[str, Any]], hourly: bool = False) -> dict[tuple[str, int | None], dict[str, int]]:
-    """(encoded key, window start or None) -> the measures, by pandas."""
-    frame = pd.DataFrame(events)
-    frame["key"] = [encoded(o, d) for o, d in zip(frame["origin"], frame["dest"])]
-    frame["ws"] = (pd.to_datetime(frame["event_time"]).astype("int64") // 10**9 // 3600 * 3600) if hourly else -1
-    grouped = frame.groupby(["key", "ws"])["delay"].agg(["size", "sum", "max"])
-    return {(k, None if ws == -1 else int(ws)): {"count": int(c), "sum_delay": int(s), "max_delay": int(m)}
-            for (k, ws), (c, s, m) in grouped.iterrows()}
-
-
-def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[str, Any]], last: int,
-                   batch_id: int = 0) -> None:
-    """The speed layer's write of ``events`` into the segment based at ``base`` as micro-batch ``batch_id``,
-    committed at version ``last``."""
-    pipeline = load_pipeline(settings.pipeline)
-    client = redis_client(settings.redis_url)
-    keys = store_keys(pipeline.name, settings.redis_url)
-    frame = spark.createDataFrame(
-        [(e["origin"], e["dest"], e["delay"], datetime.fromisoformat(e["event_time"])) for e in events],
-        "origin string, dest string, delay long, event_time timestamp")
-    rows = pipeline.transform(frame)
-    parts = [encode(view.aggregate(rows).withColumn(DEPTH, F.lit(1)), view, (3, 0)) for view in pipeline.views]
-    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", read_epoch(client, keys) or "", batch_id, last, (base,),
-                     {view.name: measure_spec(view) for view in pipeline.views}, 500)
-    write_increments(functools.reduce(DataFrame.unionByName, parts), spec, partitions=2)
-    commit_processed(client, keys, [base], last)
-    client.close()
-
-
-def page(client: httpx.Client, view: str, params: dict[str, Any], **headers: str) -> httpx.Response:
-    return client.get(f"/v1/views/{view}/keys", params=params, headers=headers)
-
-
-def every_page(client: httpx.Client, view: str, params: dict[str, Any], limit: int) -> list[dict[str, Any]]:
-    bodies, cursor = [], None
-    while True:
-        response = page(client, view, {**params, "limit": limit, **({"cursor": cursor} if cursor else {})})
-        assert response.status_code == 200, response.text
-        body = response.json()
-        assert len(body["keys"]) <= limit
-        bodies.append(body)
-        cursor = body["next_cursor"]
-        if cursor is None:
-            return bodies
-
-
-def rows_of(bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [entry for body in bodies for entry in body["keys"]]
-
-
-def as_oracle(entries: list[dict[str, Any]]) -> dict[tuple[str, int | None], dict[str, Any]]:
-    def start(entry: dict[str, Any]) -> int | None:
-        window = entry["window"]
-        return None if window is None else int(datetime.fromisoformat(window["start"]).timestamp())
-
-    return {(e["key"], start(e)): e["value"] for e in entries}
-
-
-def check_values(got: dict[tuple[str, int | None], dict[str, Any]], want: dict[tuple[str, int | None], dict[str, int]]) -> None:
-    assert set(got) == set(want), f"rows {sorted(set(got) ^ set(want))[:10]} differ"
-    for row, value in want.items():
-        assert got[row] == value and all(type(v) is int for v in got[row].values()), (row, got[row], value)
+from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, START, flights, oracle, write_realtime
+from tests.support.key_pages import as_oracle, check_values, every_page, page, rows_of
 
 
 @pytest.mark.parametrize("store", ["redis", "redis-cluster"])

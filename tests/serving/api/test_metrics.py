@@ -2,7 +2,8 @@
 
 Requests go over HTTP to a real uvicorn server running ``create_app`` (which installs the
 metrics); the speed layer's heartbeat hash, the served generation and the batch-run registry are
-written into the real Redis by hand, and the master dataset is a real Delta table with a few
+written into the real Redis by their own writers (``SpeedHealth``, ``GenerationMeta``, ``RunRegistry``;
+the served generation's pointer by hand), and the master dataset is a real Delta table with a few
 versions, so the lag the gauges report is known exactly.
 """
 
@@ -13,56 +14,24 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pyarrow as pa
 import pytest
 import redis
-from deltalake import write_deltalake
 from fastapi import FastAPI
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.settings import Settings
 from serving.api.app import create_app
 from serving.api.metrics import EVENTS_INGESTED, route_template
+from serving.store.generation_meta import GenerationMeta
+from serving.store.heartbeat import SpeedHealth
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
-from shared_logic.registry import load_pipeline
 from tests.support import free_port
+from tests.support.master import master_with_versions
+from tests.support.metrics import by_name, samples, scrape, value
 from tests.support.servers import ApiServer
 
 KEY_ROUTE = "/v1/views/{view}/keys/{key}"
-
-
-def scrape(client: httpx.Client) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Samples of GET /metrics as {(name, labels): value}."""
-    response = client.get("/metrics")
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain"), response.headers
-    return samples(response.text)
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text) for s in family.samples
-    }
-
-
-def value(found: dict, name: str, **labels: str) -> float | None:
-    return found.get((name, frozenset(labels.items())))
-
-
-def by_name(found: dict, name: str) -> dict[frozenset, float]:
-    return {labels: v for (n, labels), v in found.items() if n == name}
-
-
-def master_with_versions(settings: Settings, versions: int) -> None:
-    """A Delta table at the master path with versions 0 .. versions - 1, in the pipeline's master layout
-    (the API refuses at start a master dataset its event model does not fit)."""
-    schema = load_pipeline(settings.pipeline).schema.arrow_schema()
-    for i in range(versions):
-        row = {"text": f"w{i}", "event_time": None, "_kind": "event"}
-        write_deltalake(str(settings.master_path), pa.Table.from_pylist([row], schema=schema), mode="append")
 
 
 # --------------------------------------------------------------------------- requests
@@ -118,9 +87,10 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
     master_with_versions(settings, 4)  # versions 0..3
     keys = Keys("wordcount")
     r = redis.Redis.from_url(redis_url)
-    heartbeat = time.time() - 5
-    r.hset(keys.speed, mapping={"processed": 1, "batch_id": 7, "heartbeat_at": heartbeat, "query": "q",
-                                "last_batch_seconds": 0.25, "last_write_seconds": 0.125})
+    health = SpeedHealth(r, keys.speed)
+    heartbeat = time.time() - 5  # a micro-batch committed 5 s ago, written as the speed layer writes it
+    health.record_success(processed=1, batch_id=7, heartbeat_at=heartbeat, query="q", last_batch_seconds=0.25,
+                          last_write_seconds=0.125)
     p = {"pipeline": "wordcount"}
     with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
         found = scrape(client)
@@ -136,7 +106,7 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
         assert 4 <= value(found, "lambda_speed_heartbeat_age_seconds", **p) < 60
         assert value(found, "lambda_batch_served_generation", **p) is None  # nothing published
 
-        r.hset(keys.speed, mapping={"processed": 3})  # caught up
+        health.record_success(processed=3)  # caught up
         found = scrape(client)
         assert value(found, "lambda_speed_lag_versions", **p) == 0
         assert value(found, "lambda_speed_lag_seconds", **p) == 0
@@ -160,7 +130,7 @@ def test_batch_generation_and_run_registry(api: Callable[..., Any], make_setting
     r = redis.Redis.from_url(redis_url)
     now = time.time()
     r.set(keys.current, 4)
-    r.hset(keys.meta(4), mapping={"computed_at": now - 30, "run_id": "r2", "events": 10})
+    r.hset(keys.meta(4), mapping=GenerationMeta(run_id="r2", computed_at=now - 30, events=10).to_hash())
 
     # Runs driven through the real registry: one succeeds, one fails, one is left 'running' by a
     # scheduler whose lease expires (it reads as failed), one waits in the queue.

@@ -21,8 +21,8 @@ import pytest
 
 from deploy.settings import Settings
 from tests import oracle
-from tests.serving.api.test_api import Published, publish, value_problems
 from tests.support import key_url
+from tests.support.published import Published, publish, value_problems
 from tests.support.servers import ApiServer
 
 KEY = "test-admin-key-0001"
