@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from deploy.settings import load_settings
-from tests.support import CLICKS_PIPELINE, free_port
+from tests.support import free_port
 from tests.support.browser import field, load, raw, values
 from tests.support.platform import KEY, stop_up, wait_up
 from tests.support.speed import assert_exact, wait_caught_up
@@ -112,63 +112,3 @@ def test_up_ingest_recompute_restart(tmp_path: Path, browser: Any, artifacts: Pa
         if process.poll() is None:
             stop_up(process, port)
 
-
-def test_up_with_own_pipeline_on_a_fresh_data_dir(tmp_path: Path) -> None:
-    """No sample events, no API keys set, the module in the current folder, the installed command:
-    `up` keeps running and answers 503 "nothing published yet"; the first events are published
-    within seconds (the schedule is an hour); answers then equal the oracle (sums of the events
-    posted); `status` reads every part as up with `up`'s local key, and exits 0."""
-    from tests.deploy.test_cli_messages import installed_command
-
-    folder, port = tmp_path / "mine", free_port()
-    folder.mkdir()
-    (folder / "clicks.py").write_text(CLICKS_PIPELINE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-    env.update({"LAMBDA_PIPELINE": "clicks", "LAMBDA_HTTP_PORT": str(port), "LAMBDA_BATCH_SCHEDULE": "1h",
-                "LAMBDA_SPARK_MASTER": "local[2]", "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5"})
-    base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "up.log").open("ab")
-    process = subprocess.Popen([*installed_command(), "up", "--no-generate"], cwd=folder, env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
-    try:
-        with httpx.Client(base_url=base, timeout=30) as http:
-            wait_up(lambda: http.get("/healthz").status_code == 200 or process.poll() is not None, "the API")
-            assert process.poll() is None, (tmp_path / "up.log").read_text()
-            ready = http.get("/readyz")
-            assert ready.status_code == 503 and "no batch generation is published" in ready.text, ready.text
-            key = (folder / "data" / "local_api_key").read_text().strip()
-            events = [{"page": f"/{s}/p{i}", "ms_on_page": 7 * i} for i, s in enumerate(["news", "sport", "news"] * 4)]
-            posted = http.post("/v1/events", json=events, headers={"Authorization": f"Bearer {key}"})
-            assert posted.status_code == 202, posted.text
-            want = {}
-            for e in events:
-                section = e["page"].split("/")[1]
-                count, total = want.get(section, (0, 0))
-                want[section] = (count + 1, total + e["ms_on_page"])
-
-            def answers() -> dict[str, tuple[int, int]]:
-                got = {}
-                for section in want:
-                    response = http.get(f"/v1/views/page_views/keys/{section}")
-                    if response.status_code != 200:
-                        return {}
-                    value = response.json()["value"]
-                    got[section] = (value["count"], value["sum_ms_on_page"])
-                return got
-
-            wait_up(lambda: http.get("/readyz").status_code == 200, "the first generation", 900)
-            wait_up(lambda: answers() == want, "answers equal to the events posted", 300)
-            wait_up(lambda: http.get("/readyz").status_code == 200 and "speed layer up" in http.get("/readyz").text,
-                    "the speed layer's heartbeat", 300)
-        status = subprocess.run([*installed_command(), "status", "--json"], cwd=folder, env=env, capture_output=True,
-                                text=True, timeout=120)
-        assert status.returncode == 0, status.stdout + status.stderr
-        report = json.loads(status.stdout)
-        assert report["serving"] and report["pipeline"] == "clicks"
-        assert {p["part"]: p["state"] for p in report["parts"]} == {
-            "master dataset": "up", "redis": "up", "batch layer": "up", "speed layer": "up", "api": "up",
-            "scheduler": "up", "last batch run": "up"}, report
-        stop_up(process, port)
-    finally:
-        if process.poll() is None:
-            stop_up(process, port)
