@@ -106,6 +106,7 @@ class Platform:
             "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
             "LAMBDA_PIPELINE": "mywords", "LAMBDA_HTTP_PORT": str(self.port), "LAMBDA_BATCH_SCHEDULE": "1h",
             "LAMBDA_API_KEYS": json.dumps({KEY: ["read", "ingest", "admin"]}), "LAMBDA_SPARK_MASTER": "local[2]",
+            "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2",
             "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5", "LAMBDA_ENV_FILE": os.devnull,
         })
         self.process: subprocess.Popen[bytes] | None = None
