@@ -86,7 +86,7 @@ def stop(proc: subprocess.Popen[Any] | None, timeout: float = 20.0) -> None:
 @contextmanager
 def embedded_redis(redis_dir: Path) -> Iterator[str]:
     """The platform's embedded Redis in ``redis_dir`` for the block; yields its URL, stops it after."""
-    from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+    from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 
     url = ensure_embedded_redis(redis_dir)
     try:

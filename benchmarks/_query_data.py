@@ -33,8 +33,8 @@ def setup(data_dir: Path, redis_url: str, lines: int, vocab: int, seed: int, out
     """Master dataset + one published generation; writes the expected counts to ``out``."""
     from batch_layer.master.dataset import MasterDataset
     from batch_layer.recompute.job import run_batch
+    from deploy.runtime.spark import build_spark
     from deploy.settings import load_settings
-    from deploy.spark import build_spark
     from shared_logic.registry import load_pipeline
 
     settings = load_settings(data_dir=data_dir, pipeline=PIPELINE, redis_url=redis_url)

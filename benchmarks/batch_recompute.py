@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from deploy.runtime.spark import build_spark
     from deploy.settings import load_settings
-    from deploy.spark import build_spark
 
     made_root = args.data_dir is None
     root = Path(tempfile.mkdtemp(prefix="lp-bench-")) if made_root else args.data_dir.resolve()

@@ -13,7 +13,7 @@ child processes (this file with ``--child``) each hold one SparkSession:
   local[2]   ``LAMBDA_SPARK_MASTER=local[2]``: driver and 2 task threads in one JVM;
   cluster    ``LAMBDA_SPARK_MASTER=spark://127.0.0.1:PORT``: the driver here, one executor JVM per
              worker (1 core each, spark.executor.memory at Spark's default), the project's code
-             shipped to them with the job (``deploy.shipping``), shuffles over loopback.
+             shipped to them with the job (``deploy.runtime.shipping``), shuffles over loopback.
 
 Same machine, same cores (2 task slots each), same data: the ratio cluster / local[2] is the
 overhead of running distributed (executor JVMs, task serialisation, shuffle over the network
@@ -51,9 +51,9 @@ _MARK = "cluster-bench: "  # a child's answers on stdout start with this
 def _child(data_dir: Path, spark_master: str, storage_engine: str, driver_memory: str, partitions: int) -> None:
     """One SparkSession on ``spark_master``; runs ``run_batch`` for each "run" line on stdin."""
     from batch_layer.recompute.job import run_batch
-    from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+    from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
+    from deploy.runtime.spark import build_spark
     from deploy.settings import load_settings
-    from deploy.spark import build_spark
     from shared_logic import load_pipeline
 
     settings = load_settings(data_dir=data_dir, pipeline="payments", spark_master=spark_master,

@@ -39,8 +39,8 @@ from speed_layer_bench import catch_up, payments_table
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
-from deploy.redis_cluster import LocalRedisCluster
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.runtime.redis_cluster import LocalRedisCluster
+from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from serving.store.reader import ServingStore
 from shared_logic import load_pipeline
@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here (make bench)")
     args = parser.parse_args()
 
-    from deploy.spark import build_spark
+    from deploy.runtime.spark import build_spark
 
     root = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     spark = build_spark(load_settings(data_dir=root / "spark", spark_driver_memory="4g"), "bench-cluster-store")

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 def _rotation(args: argparse.Namespace, all_settings: dict[str, Any], pipeline: Any, urls: dict[str, str]) -> None:
     """One SparkSession with JVM Delta loaded serves both engines; rs jvm rs jvm ... after a warm-up each."""
     from batch_layer.recompute.job import run_batch
-    from deploy.spark import build_spark
+    from deploy.runtime.spark import build_spark
 
     started = time.perf_counter()
     spark = build_spark(all_settings["delta-spark"], "bench-engines")

@@ -46,7 +46,7 @@ from _harness import percentile
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
-from deploy.samples import sample_events
+from deploy.demo.samples import sample_events
 from shared_logic.registry import load_pipeline
 
 TABLES = ("fresh", "demo", "compacted", "upkept")

@@ -4,7 +4,7 @@
     python benchmarks/ingest_bench.py --requests 5000 --batches 50 --rounds 1   # quicker
 
 The API runs as in production: ``python -m deploy.cli serve`` in its own process (uvicorn, one
-worker), on a fresh data dir, with an embedded Redis (``deploy.redis_server.ensure_embedded_redis``),
+worker), on a fresh data dir, with an embedded Redis (``deploy.runtime.redis_server.ensure_embedded_redis``),
 the payments pipeline and an API key (``LAMBDA_API_KEYS``; every request sends
 ``Authorization: Bearer benchkey``). The clients run in this process: a minimal asyncio HTTP/1.1
 client over keep-alive connections (so the client costs little of the machine's CPU), each
@@ -69,7 +69,7 @@ from _harness import (
 )
 
 from batch_layer.master.engines import get_engine
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from shared_logic.registry import load_pipeline
 

@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=20, help="timed single-event commits per store")
     args = parser.parse_args()
 
-    from deploy.redis_server import redis_binary
+    from deploy.runtime.redis_server import redis_binary
 
     work = Path(tempfile.mkdtemp(prefix="object-store-bench-"))
     s3_port, redis_port = _free_port(), _free_port()
@@ -100,8 +100,8 @@ def _run(args: argparse.Namespace, work: Path, endpoint: str, redis_url: str) ->
 
     from batch_layer.master.dataset import MasterDataset
     from batch_layer.recompute.job import run_batch
+    from deploy.runtime.spark import build_spark
     from deploy.settings import load_settings
-    from deploy.spark import build_spark
     from shared_logic import load_pipeline
 
     bucket = f"bench-{uuid.uuid4().hex[:8]}"

@@ -10,7 +10,7 @@ Targets (from the issue; printed, not asserted):
 * p99 latency of A at half of its saturation rate <= 3 ms (issue 10; it was 5 ms).
 
 Setup. A fresh data dir (a temp dir unless ``--data-dir``) gets an embedded Redis
-(``deploy.redis_server.ensure_embedded_redis``: AOF, Unix socket) and a wordcount master dataset
+(``deploy.runtime.redis_server.ensure_embedded_redis``: AOF, Unix socket) and a wordcount master dataset
 of ``--lines`` lines of random words drawn from a ``--vocab``-word vocabulary
 (``MasterDataset.append(pipeline.schema.validate(...))``), and one batch generation is published
 with ``run_batch`` (one SparkSession, in a child process so that the JVM is gone before anything

@@ -60,7 +60,7 @@ from _harness import ROOT, alternate, free_port, percentile, print_medians, stop
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from serving.store.connection import redis_client
 from serving.store.keys import Keys
@@ -266,7 +266,7 @@ def catch_up(spark, settings, pipeline, redis_url: str, latest: int) -> CatchUp:
 
 def throughput(events: int, versions: int, users: int, data_dir: Path, storage_engine: str = "delta-rs",
                json_path: Path | None = None, max_rows: int = 500_000) -> None:
-    from deploy.spark import build_spark
+    from deploy.runtime.spark import build_spark
 
     settings = load_settings(data_dir=data_dir, pipeline="payments", speed_trigger_seconds=0.0,
                              speed_max_rows_per_trigger=max_rows, spark_driver_memory="6g",

@@ -38,7 +38,7 @@ from speed_layer_bench import payments_table
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from serving.store.connection import redis_client, store_keys
 from serving.store.generations import ensure_epoch
@@ -63,7 +63,7 @@ def main() -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from deploy.spark import build_spark
+    from deploy.runtime.spark import build_spark
 
     head, dirty = git_commit("speed_layer", "serving")
     print(f"speed-layer stages: {args.events:,} events, {args.users:,} users; commit {head}"

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/store_size_bench.py                          # 10k, 1M, 10M rows
     .venv/bin/python benchmarks/store_size_bench.py --rows 10000 1000000 --seconds 3   # quicker
 
-No Spark: for each size a fresh embedded Redis (the platform's, ``deploy.redis_server``: AOF on)
+No Spark: for each size a fresh embedded Redis (the platform's, ``deploy.runtime.redis_server``: AOF on)
 gets one generation of the wordcount pipeline's ``word_counts`` view (key ``word``, one Count)
 written the way ``batch_layer.recompute.publish`` lays a generation out: one hash field per row
 holding the row's parts as a JSON array, under ``Keys.rows``, then the store's ``Generations.begin`` /

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import print_medians, write_figures
 
-from deploy.redis_cluster import LocalRedisCluster
-from deploy.redis_server import ensure_embedded_redis, stop_embedded_redis
+from deploy.runtime.redis_cluster import LocalRedisCluster
+from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
 from serving.store.generations import Generations

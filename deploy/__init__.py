@@ -1,1 +1,1 @@
-"""How the platform runs: settings, the Spark session, the embedded Redis, the command line."""
+"""How the platform runs: settings and the data dir at the top, then its rooms: cli/, supervision/, runtime/, scheduling/, demo/."""

@@ -1,4 +1,4 @@
-"""Checks of single setting values, and the wording of a bad setting's message (``deploy.settings``).
+"""Checks of setting values (alone and together), and the wording of a bad setting's message (``deploy.settings``).
 
 Guarantee: no message built here contains a secret. A problem inside a secret setting
 (``SECRET_SETTINGS``; the API keys are the names of LAMBDA_API_KEYS' object) is placed by position,
@@ -9,9 +9,11 @@ the fault and its position, never quoted.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
+
+from deploy.scheduling.schedule import check_schedule
 
 SCOPES = ("read", "ingest", "admin")
 #: The shortest API key accepted: a key is a password, sent with every request.
@@ -121,3 +123,50 @@ def spark_master(value: str) -> str:
     if not value.startswith(("local", "spark://", "yarn", "k8s://", "mesos://")):
         raise ValueError(f"is not a Spark master URL (local[*], spark://host:7077, yarn, k8s://...): {shown(value)!r}")
     return value
+
+
+def schedule(value: str | None) -> str | None:
+    """An interval or cron schedule (``deploy.scheduling.schedule``), or None for blank."""
+    check_schedule(value or None)
+    return value or None
+
+
+def compact_every(value: str | None) -> str | None:
+    """An interval, or None for 'off' (also blank, '0', 'never')."""
+    if value is None or value.strip().lower() in ("", "off", "0", "never"):
+        return None
+    every = check_schedule(value)
+    if every is None or every.interval is None:
+        raise ValueError(f"must be an interval ('10m', '1h') or 'off', got {value!r}")
+    return value.strip()
+
+
+def pipeline_list(value: object) -> object:
+    """LAMBDA_PIPELINES as a list: text is a JSON list or comma-separated names."""
+    if isinstance(value, str):
+        text = value.strip()
+        return json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
+    return value
+
+
+def default_pipeline(pipeline: str, pipelines: list[str] | None, *, named: bool) -> str:
+    """The deployment's default pipeline: LAMBDA_PIPELINE if ``named`` (it must then be one of LAMBDA_PIPELINES),
+    else the first of LAMBDA_PIPELINES when that is set. ValueError when LAMBDA_PIPELINES repeats a name."""
+    if pipelines is None:
+        return pipeline
+    if not pipelines or len(set(pipelines)) != len(pipelines):
+        raise ValueError(f"LAMBDA_PIPELINES must name each pipeline once, got {pipelines}")
+    if not named:
+        return pipelines[0]
+    if pipeline not in pipelines:
+        raise ValueError(f"LAMBDA_PIPELINE {pipeline!r} is not one of LAMBDA_PIPELINES {pipelines}")
+    return pipeline
+
+
+def pipeline_schedules(schedules: Mapping[str, str], pipeline_names: Sequence[str]) -> None:
+    """LAMBDA_BATCH_SCHEDULES: every name a pipeline of the deployment, every value a schedule."""
+    for name, text in schedules.items():
+        if name not in pipeline_names:
+            raise ValueError(f"LAMBDA_BATCH_SCHEDULES names {name!r}, not a pipeline of this deployment "
+                             f"({', '.join(pipeline_names)})")
+        check_schedule(text)

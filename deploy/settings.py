@@ -9,9 +9,7 @@ machine with nothing else installed.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -21,10 +19,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from deploy import setting_checks as check
 from deploy.errors import ConfigError
+from shared_logic.errors import SharedLogicError
+from shared_logic.registry import load_pipeline
 
 LOCAL_API_KEY_FILE = "local_api_key"
-#: The scopes of the local API key: everything (it never leaves the machine's data dir).
-LOCAL_API_KEY_SCOPES = ("read", "ingest", "admin")
 
 
 class Settings(BaseSettings):
@@ -76,16 +74,16 @@ class Settings(BaseSettings):
     )
     spark_class_archive_dir: Path | None = Field(
         Path("~/.cache/lambda-platform/cds"), description="Class-data-sharing archives of the Spark driver JVM's "
-        "classes, written by the first command that exits and mapped by later JVMs (start-up about 2x faster); "
-        "empty: off."
+        "classes, written by the first command that exits and mapped by later JVMs (faster start-up: "
+        "benchmarks/RESULTS.md); empty: off."
     )
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")
     redis_load_chunk: int = Field(2_000, ge=1, le=1_000_000, description="Rows per HSET when publishing a generation.")
     speed_trigger_seconds: float = Field(
         0.1, ge=0, le=3600, description="Speed layer trigger interval: how often it looks for new master versions. "
-        "An idle look is one read of a commit file that is not there yet (the idle speed layer measured 0.03 cores "
-        "at 0.1 s); an event waits half of it on average before its micro-batch starts."
+        "An idle look is one read of a commit file that is not there yet (idle CPU: benchmarks/RESULTS.md); an "
+        "event waits half of it on average before its micro-batch starts."
     )
     speed_max_versions_per_trigger: int = Field(1_000, ge=1, description="Most master versions one micro-batch reads.")
     speed_max_rows_per_trigger: int | None = Field(
@@ -95,8 +93,8 @@ class Settings(BaseSettings):
     speed_chunk_rows: int = Field(2_000, ge=1, le=3_000, description="View rows per guarded Redis call.")
     speed_driver_rows: int = Field(
         10_000, ge=0, le=100_000, description="Micro-batches adding at most this many master rows are read and "
-        "written to Redis by the speed layer's driver, not by Spark tasks: one Spark job instead of two, about half "
-        "the time of a small micro-batch (fresher answers). 0: every micro-batch goes through the tasks."
+        "written to Redis by the speed layer's driver, not by Spark tasks: one Spark job instead of two (fresher "
+        "answers: benchmarks/RESULTS.md). 0: every micro-batch goes through the tasks."
     )
     # Decoded and checked by _check_api_keys (NoDecode): its errors name a key by position, never by itself.
     api_keys: Annotated[dict[str, list[Literal["read", "ingest", "admin"]]] | None, NoDecode] = Field(
@@ -133,7 +131,7 @@ class Settings(BaseSettings):
         1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
                                  "versions, besides every version the served generation and the speed layer still read.",
     )
-    # Spark on a cluster: code on the executors, and what operators see (deploy/spark.py, deploy/shipping.py).
+    # Spark on a cluster: code on the executors, and what operators see (deploy/runtime/spark.py, deploy/runtime/shipping.py).
     spark_executor_python: str | None = Field(
         None, description="Python the executors run (a path valid on every worker); unset: the driver's own "
                           "interpreter. Must be the driver's major.minor version."
@@ -183,35 +181,19 @@ class Settings(BaseSettings):
     @field_validator("batch_schedule")
     @classmethod
     def _check_schedule(cls, value: str | None) -> str | None:
-        from deploy.schedule import check_schedule
-
-        check_schedule(value or None)
-        return value or None
+        return check.schedule(value)
 
     @field_validator("pipelines", mode="before")
     @classmethod
     def _split_pipelines(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            return json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
-        return value
+        return check.pipeline_list(value)
 
     @model_validator(mode="after")
     def _check_pipelines(self) -> Settings:
-        from deploy.schedule import check_schedule
-
-        if self.pipelines is not None:
-            if not self.pipelines or len(set(self.pipelines)) != len(self.pipelines):
-                raise ValueError(f"LAMBDA_PIPELINES must name each pipeline once, got {self.pipelines}")
-            if "pipeline" not in self.model_fields_set:
-                object.__setattr__(self, "pipeline", self.pipelines[0])  # frozen: set once, while validating
-            elif self.pipeline not in self.pipelines:
-                raise ValueError(f"LAMBDA_PIPELINE {self.pipeline!r} is not one of LAMBDA_PIPELINES {self.pipelines}")
-        for name, schedule in self.batch_schedules.items():
-            if name not in self.pipeline_names:
-                raise ValueError(f"LAMBDA_BATCH_SCHEDULES names {name!r}, not a pipeline of this deployment "
-                                 f"({', '.join(self.pipeline_names)})")
-            check_schedule(schedule)
+        default = check.default_pipeline(self.pipeline, self.pipelines, named="pipeline" in self.model_fields_set)
+        if default != self.pipeline:
+            object.__setattr__(self, "pipeline", default)  # frozen: set once, while validating
+        check.pipeline_schedules(self.batch_schedules, self.pipeline_names)
         return self
 
     @property
@@ -230,14 +212,7 @@ class Settings(BaseSettings):
     @field_validator("master_compact_every")
     @classmethod
     def _check_compact_every(cls, value: str | None) -> str | None:
-        from deploy.schedule import check_schedule
-
-        if value is None or value.strip().lower() in ("", "off", "0", "never"):
-            return None
-        schedule = check_schedule(value)
-        if schedule is None or schedule.interval is None:
-            raise ValueError(f"must be an interval ('10m', '1h') or 'off', got {value!r}")
-        return value.strip()
+        return check.compact_every(value)
 
     @field_validator("tables_uri")
     @classmethod
@@ -327,8 +302,6 @@ class Settings(BaseSettings):
         ``/v1/pipelines/{name}`` for another (``serving.api.pipelines``)."""
         if self.pipeline == self.pipeline_names[0]:
             return "/v1"
-        from shared_logic.registry import load_pipeline
-
         return f"/v1/pipelines/{load_pipeline(self.pipeline).name}"
 
     @property
@@ -344,9 +317,6 @@ class Settings(BaseSettings):
 
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment (and ``overrides``), or raise ConfigError naming the setting."""
-    from shared_logic.errors import SharedLogicError
-    from shared_logic.registry import load_pipeline
-
     env_file = os.environ.get("LAMBDA_ENV_FILE", ".env")
     try:
         # Overrides are validated by pydantic at run time, like the environment; mypy cannot type **kwargs.
@@ -369,65 +339,3 @@ def load_settings(**overrides: object) -> Settings:
 def get_settings() -> Settings:
     """The process's settings, read once. Tests build their own with ``load_settings``."""
     return load_settings()
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and every missing parent as private folders (0700) from the start; returns it.
-
-    An existing folder is left as it is.
-    """
-    path = path.resolve()
-    for folder in [*reversed(path.parents), path]:
-        if not folder.exists():
-            try:
-                folder.mkdir(mode=0o700)
-            except FileExistsError:
-                pass  # created meanwhile by another process
-    return path
-
-
-def local_api_key(settings: Settings, *, create: bool = True) -> str | None:
-    """The data dir's local API key: read, or (``create``) made if missing, 0600 from the start.
-
-    Several processes may race to make it: each writes a private temporary file and links it into
-    place only if no key is there yet, so all of them end up with the same key, and a reader never
-    sees a half-written one.
-    """
-    path = settings.local_api_key_path
-    if not path.exists():
-        if not create:
-            return None
-        private_dir(path.parent)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(24))
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(temporary, path)
-            except FileExistsError:
-                pass  # another process made it first: use theirs
-        finally:
-            temporary.unlink(missing_ok=True)
-    key = path.read_text().strip()
-    if not key:
-        raise ConfigError(f"the local API key file {path} is empty: delete it and a new key is made, "
-                          "or set LAMBDA_API_KEYS")
-    return key
-
-
-def with_api_keys(settings: Settings, *, create: bool = True) -> tuple[Settings, str | None]:
-    """The settings with the API keys every command uses, and the local key if that is what they are.
-
-    LAMBDA_API_KEYS set: those keys, and None. Unset: the data dir's local key with every scope
-    (made if missing and ``create``), exactly as ``up`` uses it, so ``serve``, ``generate`` and
-    ``status`` started alone accept and send the same key.
-    """
-    if settings.api_keys:
-        return settings, None
-    key = local_api_key(settings, create=create)
-    if key is None:
-        return settings, None
-    return settings.model_copy(update={"api_keys": {key: list(LOCAL_API_KEY_SCOPES)}}), key

@@ -91,7 +91,7 @@ class Planner:
                 self.waiting = (f"waiting for a batch generation of logic {self.logic}: segment {base} holds "
                                 f"{held.replace(':', ' ', 1)}, so its answers stay as they are")
         # The served segment (the lowest base) not ours: say which logic waits, so a scheduler of that logic
-        # recomputes now (deploy.scheduler), also when the served generation is of its logic (a rollback).
+        # recomputes now (deploy.scheduling.scheduler), also when the served generation is of its logic (a rollback).
         mark_waiting(self.client, self.keys, self.logic if bases and bases[0] not in mine else None)
         if self.waiting and not mine:
             log.info("speed layer %s", self.waiting)

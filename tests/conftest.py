@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from deploy.redis_cluster import LocalRedisCluster
+from deploy.runtime.redis_cluster import LocalRedisCluster
 from deploy.settings import Settings, load_settings
 from tests.support.servers import ApiServer, RedisServer
 
@@ -105,7 +105,7 @@ def _ivy_lock(ivy_dir: Path) -> Iterator[None]:
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
     cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
-    from deploy.spark import build_spark
+    from deploy.runtime.spark import build_spark
 
     settings = load_settings(
         data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,

@@ -118,7 +118,7 @@ class DeltaSparkEngine:
         spark = self._spark or running_spark()
         if spark is None:
             raise StorageError(f"the delta-spark engine needs a running SparkSession to {operation}; "
-                               "build one first (deploy.spark.build_spark)")
+                               "build one first (deploy.runtime.spark.build_spark)")
         return spark
 
     # -- the StorageEngine protocol ------------------------------------------------------------

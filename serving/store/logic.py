@@ -72,7 +72,7 @@ return 1
 
 def mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
     """Say (``logic``) or unsay (None) that the speed layer cannot write the served segment and waits for a
-    generation of ``logic``: a scheduler of that logic then recomputes at once (``deploy.scheduler``)."""
+    generation of ``logic``: a scheduler of that logic then recomputes at once (``deploy.scheduling.scheduler``)."""
     if logic is None:
         client.hdel(keys.global_keys.speed, "waiting_logic")
     else:

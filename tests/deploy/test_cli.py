@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.redis_server import stop_embedded_redis
+from deploy.runtime.redis_server import stop_embedded_redis
 from tests.support import CLICKS_PIPELINE, free_port, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from deploy.cli import EXIT_FAILED, EXIT_OK, run
+from deploy.cli.exits import EXIT_FAILED, EXIT_OK
+from deploy.cli.main import run
 
 HEADER = "user_id,merchant,amount,event_time\n"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.status import PARTS, platform_status
+from deploy.cli.status import PARTS, platform_status
 from tests.support import CLICKS_PIPELINE, cli, free_port
 
 

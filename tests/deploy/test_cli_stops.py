@@ -30,9 +30,9 @@ import psutil
 import pytest
 import redis
 
-from deploy.launcher import stopping
-from deploy.redis_server import embedded_redis, embedded_redis_url, ping, stop_embedded_redis
-from deploy.supervisor import Child
+from deploy.runtime.redis_server import embedded_redis, embedded_redis_url, ping, stop_embedded_redis
+from deploy.supervision.launcher import stopping
+from deploy.supervision.supervisor import Child
 from tests.support import CLI, CLICKS_PIPELINE, free_port, wait_for
 
 WARN = "The configuration key 'spark.cache.class' has been deprecated"
@@ -225,7 +225,7 @@ def test_up_no_generate_does_not_say_it_stops_a_generator(tmp_path: Path) -> Non
 
 _LOST_IN_A_FINALIZER = """
 import os, signal, sys, time
-from deploy.signals import Terminated, unwind_on_signals
+from deploy.runtime.signals import Terminated, unwind_on_signals
 
 unwind_on_signals()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.code_watch import CodeWatch
+from deploy.supervision.code_watch import CodeWatch
 from tests.support import CLICKS_PIPELINE, wait_for
 
 

@@ -19,8 +19,8 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
-from deploy.compactor import MasterCompactor
-from deploy.scheduler import BatchScheduler, run_now
+from deploy.scheduling.compactor import MasterCompactor
+from deploy.scheduling.scheduler import BatchScheduler, run_now
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests.support.speed import assert_exact, running_speed_layer, wait_caught_up

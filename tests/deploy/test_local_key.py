@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.settings import load_settings, local_api_key
+from deploy.data_dir import local_api_key
+from deploy.settings import load_settings
 from tests.support import free_port
 
 pytestmark = pytest.mark.slow

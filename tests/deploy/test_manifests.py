@@ -20,7 +20,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from deploy.cli import _parser
+from deploy.cli.parser import build_parser as _parser
 from deploy.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.redis_server import embedded_redis_url, ensure_embedded_redis, stop_embedded_redis
-from deploy.settings import load_settings, local_api_key, with_api_keys
-from deploy.supervisor import Child
+from deploy.data_dir import local_api_key, with_api_keys
+from deploy.runtime.redis_server import embedded_redis_url, ensure_embedded_redis, stop_embedded_redis
+from deploy.settings import load_settings
+from deploy.supervision.supervisor import Child
 
 
 def mode(path: Path) -> int:

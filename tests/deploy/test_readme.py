@@ -30,7 +30,7 @@ Run for real:
   LAMBDA_BATCH_SCHEDULE (clicks') and a demo event every 2 s (settings the README leaves to the
   reader's environment), so the 2-core suite stays light.
 * ``lambda-platform ingest history/2025/ extra.csv`` (Bulk backfill) against files of its own, delta-rs,
-  no JVM; the Redis Cluster block's ``python -m deploy.redis_cluster``; the "Changing the event model"
+  no JVM; the Redis Cluster block's ``python -m deploy.runtime.redis_cluster``; the "Changing the event model"
   class against a master dataset of the README's ``Click`` (delta-rs).
 
 Checked, not run: ``make run``/``make test`` (``make -n``: what they run), object storage (tests/object_store
@@ -75,9 +75,9 @@ from pydantic import ValidationError
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
-from deploy.cli import _parser
-from deploy.redis_server import stop_embedded_redis
-from deploy.samples import sample_events
+from deploy.cli.parser import build_parser as _parser
+from deploy.demo.samples import sample_events
+from deploy.runtime.redis_server import stop_embedded_redis
 from deploy.settings import Settings
 from shared_logic import Pipeline, load_pipeline
 from shared_logic.registry import BUILTIN_PIPELINES
@@ -234,7 +234,7 @@ RULES = (
     Rule("Scaling the view store: Redis Cluster", r"export LAMBDA_REDIS_URL=.*", "test_every_lambda_setting_validates",
          "checked: a setting, its value validates"),
     Rule("Scaling the view store: Redis Cluster",
-         r"\.venv/bin/python -m deploy\.redis_cluster --masters 3 --replicas 1 --dir data/redis-cluster",
+         r"\.venv/bin/python -m deploy\.runtime\.redis_cluster --masters 3 --replicas 1 --dir data/redis-cluster",
          "test_redis_cluster_as_written", "run: a 3-master cluster, CLUSTER INFO read, stopped with SIGINT"),
     Rule("Code on the executors", r"python3\.11 -m venv lambda-env && lambda-env/bin/pip install \. venv-pack",
          "test_packed_environment_block", "checked: `.` is the installable project; not run (network, 1 GB)"),

@@ -33,7 +33,7 @@ from batch_layer.errors import RunInProgressError
 from batch_layer.faults import injected
 from batch_layer.recompute.lock import RunLock
 from deploy.errors import ConfigError
-from deploy.scheduler import _first_due, parse_schedule, run_now
+from deploy.scheduling.scheduler import _first_due, parse_schedule, run_now
 from deploy.settings import Settings
 from serving.store.runs import RunConflictError
 from shared_logic.registry import load_pipeline

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.shipping import (
+from deploy.runtime.shipping import (
     PROJECT_PACKAGES,
     ExecutorEnvironmentError,
     ExecutorPythonError,
@@ -76,7 +76,7 @@ def test_the_bundle_holds_the_project_and_a_one_file_pipeline_and_runs_without_t
     bundle = build_bundle(pipeline_modules("clicks_one"), tmp_path / "code")
     names = zipfile.ZipFile(bundle.path).namelist()
     assert bundle.names == (*PROJECT_PACKAGES, "clicks_one")
-    assert {"shared_logic/__init__.py", "speed_layer/source.py", "serving/store/keys.py", "deploy/shipping.py",
+    assert {"shared_logic/__init__.py", "speed_layer/source.py", "serving/store/keys.py", "deploy/runtime/shipping.py",
             "clicks_one.py"} <= set(names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     again = build_bundle(pipeline_modules("clicks_one"), tmp_path / "code")
@@ -135,7 +135,7 @@ def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(
     with pytest.raises(ExecutorEnvironmentError, match=r"no_such_pipeline_module .*LAMBDA_SPARK_SHIP_CODE=auto"):
         check_executors(spark, ("no_such_pipeline_module",))
     # A third-party package the executors lack (one more name on the list the check imports there).
-    monkeypatch.setattr("deploy.shipping._EXECUTOR_MODULES", ("no_such_package", "pyarrow"))
+    monkeypatch.setattr("deploy.runtime.shipping._EXECUTOR_MODULES", ("no_such_package", "pyarrow"))
     with pytest.raises(ExecutorEnvironmentError, match=r"lacks packages .*no_such_package .*Install pyarrow, pandas"):
         check_executors(spark, ("no_such_pipeline_module",))
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
+from deploy.cli.status import platform_status
 from deploy.settings import Settings
-from deploy.status import platform_status
-from deploy.supervisor import Child, Supervisor, read_children
+from deploy.supervision.supervisor import Child, Supervisor, read_children
 from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth
 from serving.store.keys import Keys

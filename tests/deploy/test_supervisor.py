@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import deploy.supervisor as supervisor_module
-from deploy.supervisor import Child, Supervisor
+import deploy.supervision.supervisor as supervisor_module
+from deploy.supervision.supervisor import Child, Supervisor
 
 
 def _child(name: str, code: str, tmp_path: Path) -> Child:
@@ -20,7 +20,7 @@ def _child(name: str, code: str, tmp_path: Path) -> Child:
 
 
 def test_a_dying_child_is_restarted_with_backoff_and_all_stop(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="deploy.supervisor")
+    caplog.set_level(logging.INFO, logger="deploy.supervision.supervisor")
     starts = tmp_path / "starts"
     crasher = _child("crasher", f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)", tmp_path)
     steady = _child("steady", "import time; time.sleep(600)", tmp_path)
@@ -74,8 +74,8 @@ def test_children_stop_together_and_stop_last_ones_after_them(tmp_path: Path) ->
 
 
 def test_children_are_recorded_with_failures_and_last_error_and_a_code_change_is_no_failure(tmp_path: Path) -> None:
-    from deploy.code_watch import EXIT_CODE_CHANGED
-    from deploy.supervisor import read_children
+    from deploy.supervision.code_watch import EXIT_CODE_CHANGED
+    from deploy.supervision.supervisor import read_children
 
     # The command line's report, wrapped by the console's width, is the error recorded.
     crasher = _child("crasher", "print('working'); print('error: RuntimeError: the speed layer\\'s query failed:'); "

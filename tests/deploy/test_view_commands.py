@@ -1,7 +1,7 @@
 """``lambda-platform query | top`` against a real API after a real batch run, checked against the oracle.
 
 Oracle: ``tests.oracle`` (plain Python over the master dataset's events at the barrier version).
-The commands are run in-process (``deploy.cli.run``) with their output captured; ``--json`` must
+The commands are run in-process (``deploy.cli.main.run``) with their output captured; ``--json`` must
 carry the oracle's numbers, and the tables must show them.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from batch_layer.recompute.job import run_batch
-from deploy.cli import run
+from deploy.cli.main import run
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle

@@ -23,7 +23,7 @@ from batch_layer.master.object_store import (
     storage_options,
     table_uri,
 )
-from deploy.cli import run
+from deploy.cli.main import run
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.support.s3 import SECRET
@@ -155,7 +155,7 @@ def test_s3a_jars_only_for_s3_tables_and_never_the_sdk_bundle(tmp_path: Path, mo
 def test_up_hands_its_children_the_secret_itself_not_its_mask(s3_settings) -> None:
     """``up`` passes every setting to its children as LAMBDA_* variables: the S3 secret must arrive as
     the secret (a SecretStr's str() is its mask, with which every child would fail to authenticate)."""
-    from deploy.launcher import _env
+    from deploy.supervision.launcher import _env
 
     settings = s3_settings(pipeline=PIPELINE)
     env = _env(settings, str(settings.redis_url))

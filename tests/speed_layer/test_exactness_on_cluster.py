@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from batch_layer.recompute.job import run_batch
-from deploy.redis_cluster import LocalRedisCluster
+from deploy.runtime.redis_cluster import LocalRedisCluster
 from tests.support.master import open_master
 from tests.support.payments import READ_ITEMS, ingest_some
 from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from deploy.redis_cluster import LocalRedisCluster
+from deploy.runtime.redis_cluster import LocalRedisCluster
 from serving.store import segment_commits
 from serving.store.connection import redis_client, store_keys
 from serving.store.errors import ReplicationError

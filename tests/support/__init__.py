@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from batch_layer.master.dataset import IngestResult, MasterDataset
-from deploy.scheduler import run_scheduler
+from deploy.scheduling.scheduler import run_scheduler
 from deploy.settings import Settings
 from serving.store.connection import redis_client
 from serving.store.keys import Keys

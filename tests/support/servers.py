@@ -10,7 +10,7 @@ from typing import Any
 
 import redis
 
-from deploy.redis_server import redis_binary
+from deploy.runtime.redis_server import redis_binary
 from tests.support import free_port
 
 

@@ -24,7 +24,8 @@ from batch_layer.master.backfill import backfill
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.master.file_formats import source_files
-from deploy.cli import EXIT_FAILED, run
+from deploy.cli.exits import EXIT_FAILED
+from deploy.cli.main import run
 from shared_logic import EventValidationError, load_pipeline
 
 HEADER = "user_id,merchant,amount,event_time\n"

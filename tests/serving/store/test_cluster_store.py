@@ -78,7 +78,7 @@ def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> 
 def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
     """The speed layer may commit its offsets only once a replica holds the micro-batch: with the
     replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning."""
-    from deploy.redis_cluster import LocalRedisCluster
+    from deploy.runtime.redis_cluster import LocalRedisCluster
     from serving.store import segment_commits
     from serving.store.errors import ReplicationError
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import redis
 from redis.exceptions import RedisClusterException
 
+from deploy.data_dir import private_dir
 from deploy.errors import EmbeddedRedisError
-from deploy.settings import private_dir
-from deploy.signals import signals_held
+from deploy.runtime.signals import signals_held
 from serving.store.connection import is_cluster, redis_client
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ unchanged master anyway, e.g. after a change of the pipeline's logic. While noth
 fresh platform, or Redis lost its data) and the master dataset holds data, a run starts at once,
 without waiting for the schedule; a failed one is tried again after ``UNSERVED_RETRY_SECONDS``.
 
-Between runs the scheduler compacts the master dataset's small files (``deploy.compactor``).
+Between runs the scheduler compacts the master dataset's small files (``deploy.scheduling.compactor``).
 
 Interval schedules tick at start and then every interval on a fixed grid; cron schedules tick at
 their next time. A scheduler started again (killed, its code changed, `up` restarted) goes on with
@@ -41,8 +41,8 @@ from batch_layer.errors import EmptyMasterError, RunInProgressError, SchemaChang
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.lock import RunLock
 from batch_layer.recompute.stages import StageRecord
-from deploy.compactor import MasterCompactor
-from deploy.schedule import Schedule, check_schedule, parse_schedule
+from deploy.scheduling.compactor import MasterCompactor
+from deploy.scheduling.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.errors import StoreUnavailableError
 from serving.store.generations import served_generation
 from serving.store.heartbeat import SpeedHeartbeat
@@ -53,7 +53,7 @@ from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTr
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from deploy.settings import Settings
+    from deploy.scheduling.config import SchedulerConfig
     from shared_logic.pipeline import Pipeline
 
 __all__ = ["BatchScheduler", "Schedule", "check_schedule", "parse_schedule", "run_now", "run_scheduler"]
@@ -71,7 +71,7 @@ UNSERVED_RETRY_SECONDS = 30.0
 class BatchScheduler:
     """Claims runs (queued or scheduled) under the single-flight locks and executes them."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str,
+    def __init__(self, spark: SparkSession, settings: SchedulerConfig, pipeline: Pipeline, *, redis_url: str,
                  lease_seconds: float = LEASE_SECONDS) -> None:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
         self.lease_seconds = lease_seconds
@@ -224,7 +224,7 @@ class BatchScheduler:
 
 
 def run_scheduler(
-    spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str, stop: threading.Event,
+    spark: SparkSession, settings: SchedulerConfig, pipeline: Pipeline, *, redis_url: str, stop: threading.Event,
     poll_seconds: float = POLL_SECONDS, lease_seconds: float = LEASE_SECONDS,
 ) -> None:
     """Run scheduled and on-demand batch recomputes until ``stop`` is set.
@@ -326,7 +326,7 @@ def _step(scheduler: BatchScheduler, schedule: Schedule | None) -> bool:
     return True
 
 
-def run_now(spark: SparkSession, settings: Settings, pipeline: Pipeline, *, redis_url: str, force: bool = True,
+def run_now(spark: SparkSession, settings: SchedulerConfig, pipeline: Pipeline, *, redis_url: str, force: bool = True,
             trigger: RunTrigger = "cli") -> BatchRun:
     """Recompute now in this process, recorded in the registry and single-flight with the schedulers
     (for ``lambda-platform batch run``). RunInProgressError when another run is queued or running."""

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from deploy.class_archive import archive_options
-from deploy.console import console
-from deploy.settings import private_dir
-from deploy.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
-from deploy.signals import signals_held
+from deploy.data_dir import private_dir
+from deploy.runtime.class_archive import archive_options
+from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
+from deploy.runtime.signals import signals_held
+from deploy.terminal import console
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,7 +74,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     Python workers run ``LAMBDA_SPARK_EXECUTOR_PYTHON`` (default: the driver's interpreter), which
     must be the driver's major.minor version (ExecutorPythonError otherwise). On a cluster the
     project's packages and the pipeline's module are shipped to the executors with the job, and a
-    start-up check proves the executors can import what they will run (``deploy.shipping``).
+    start-up check proves the executors can import what they will run (``deploy.runtime.shipping``).
     The Spark UI and the event log follow ``LAMBDA_SPARK_UI*`` / ``LAMBDA_SPARK_EVENT_LOG_DIR``
     (``ui=True`` also turns the UI on); ``LAMBDA_SPARK_CONF`` is applied last.
     """
@@ -164,7 +164,7 @@ def _copy_lines(read: int, log_file: Path, echo: bool, recent: deque[bytes]) -> 
                 console.out(line.decode(errors="replace").rstrip("\n"), highlight=False)
 
 
-# --- code on the executors (deploy/shipping.py) ---------------------------------------------------
+# --- code on the executors (deploy/runtime/shipping.py) ---------------------------------------------------
 def executor_python(settings: Settings) -> str:
     """The Python the executors run: LAMBDA_SPARK_EXECUTOR_PYTHON, else the driver's interpreter."""
     return settings.spark_executor_python or sys.executable

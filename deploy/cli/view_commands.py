@@ -11,11 +11,11 @@ import argparse
 import json
 from typing import Any
 
-from deploy.answers import key_table, keys_table, top_table, windows_table
-from deploy.api_client import ApiClient
-from deploy.console import out
+from deploy.cli.answer_tables import key_table, keys_table, top_table, windows_table
+from deploy.cli.api_client import ApiClient
 from deploy.errors import UsageError
 from deploy.settings import Settings
+from deploy.terminal import out
 
 _TIME = "ISO 8601 (2024-03-01T09:00:00Z) or epoch seconds"
 

@@ -25,9 +25,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from batch_layer.master.dataset import MasterDataset
-from deploy.redis_server import embedded_redis_url
+from deploy.runtime.redis_server import embedded_redis_url
 from deploy.settings import Settings
-from deploy.supervisor import read_children
+from deploy.supervision.supervisor import read_children
 from serving.store.connection import is_cluster, redis_client
 from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta
@@ -38,7 +38,7 @@ from shared_logic.registry import load_pipeline
 
 PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
 _TIMEOUT = 2.0
-#: The part each child of `up` runs (``deploy.launcher``).
+#: The part each child of `up` runs (``deploy.supervision.launcher``).
 _CHILD_PARTS = {"redis": "redis", "api": "api", "speed": "speed layer", "scheduler": "scheduler"}
 
 

@@ -1,6 +1,6 @@
 """A small client of the platform's HTTP API, for the command line (``query``, ``top``, ``keys``).
 
-It sends the key the other commands use (``deploy.settings.with_api_keys``: LAMBDA_API_KEYS' first
+It sends the key the other commands use (``deploy.data_dir.with_api_keys``: LAMBDA_API_KEYS' first
 key with the ``read`` scope, else the data dir's local key) and turns every failure into an
 :class:`~deploy.errors.ApiError` carrying the API's own ``detail``, so a user sees what the API said.
 """
@@ -13,8 +13,9 @@ from urllib.parse import quote
 
 import httpx
 
+from deploy.data_dir import with_api_keys
 from deploy.errors import ApiError
-from deploy.settings import Settings, with_api_keys
+from deploy.settings import Settings
 
 Params = Mapping[str, str | int | bool | None]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from deploy.redis_server import redis_binary
+from deploy.runtime.redis_server import redis_binary
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m deploy.redis_cluster",
+        prog="python -m deploy.runtime.redis_cluster",
         description="Start a local Redis Cluster from the embedded redis-server (for trying the bucketed view "
                     "store); prints the LAMBDA_REDIS_URL to use and runs until Ctrl-C.")
     parser.add_argument("--masters", type=int, default=3, help="masters (at least 3; default 3)")

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from batch_layer.master.backfill import FileIngested
 from batch_layer.master.file_formats import SourceFile
-from deploy.console import console
+from deploy.terminal import console
 
 
 class BackfillBar:

@@ -33,8 +33,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from deploy.code_watch import EXIT_CODE_CHANGED
-from deploy.settings import private_dir
+from deploy.data_dir import private_dir
+from deploy.supervision.code_watch import EXIT_CODE_CHANGED
 from serving.store.heartbeat import short_error
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,12 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from batch_layer.master.dataset import MasterDataset, dump_jsonl
-from deploy.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, redis_user, wait_for_redis
-from deploy.samples import SAMPLES, sample_events
-from deploy.settings import Settings, private_dir, with_api_keys
-from deploy.signals import signals_held, stop_on_signals
-from deploy.supervisor import Child, Supervisor
+from deploy.data_dir import private_dir, with_api_keys
+from deploy.demo.samples import SAMPLES, sample_events
+from deploy.runtime.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, redis_user, wait_for_redis
+from deploy.runtime.signals import signals_held, stop_on_signals
+from deploy.settings import Settings
+from deploy.supervision.supervisor import Child, Supervisor
 from serving.store.connection import redis_client
 from serving.store.generations import served_generation
 from serving.store.keys import Keys

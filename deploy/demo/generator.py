@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 
 import httpx
 
+from deploy.demo.samples import SAMPLES
 from deploy.errors import ConfigError
-from deploy.samples import SAMPLES
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The `lambda-platform` command line: its parser, its commands, and what they print."""

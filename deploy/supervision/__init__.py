@@ -1,0 +1,1 @@
+"""Running the platform as processes: `up`'s tree of supervised children, one thread per pipeline, code changes."""
