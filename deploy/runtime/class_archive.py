@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 #: CDS's notes (classes it skips, a mismatch it works around) would otherwise go to the JVM's stdout.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _pending: Path | None = None
+#: Archives kept in the folder: one per Java and Spark installation in use, the newest first.
+_KEEP = 3
 
 
 def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
@@ -63,6 +65,15 @@ def adopt_archive() -> None:
     final = written.parent / written.name.rsplit(".", 2)[0]
     os.replace(written, final)  # atomic; a JVM that mapped an earlier copy keeps its own inode
     log.info("wrote the Spark class-data-sharing archive %s: later Spark JVMs start faster", final)
+    _keep_newest(final.parent)
+
+
+def _keep_newest(folder: Path) -> None:
+    """Delete all but the newest ``_KEEP`` archives (each checkout or upgrade writes one of ~200 MB); a JVM
+    that mapped a deleted one keeps it until it exits."""
+    archives = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in archives[_KEEP:]:
+        stale.unlink(missing_ok=True)
 
 
 def _identity(spark_options: dict[str, str]) -> str:
