@@ -8,7 +8,7 @@ BROWSER := /usr/bin/chromedriver
 APT     := env DEBIAN_FRONTEND=noninteractive apt-get -y -q --no-install-recommends
 NICE   ?= nice -n 10
 
-.PHONY: install browser run status lint test test-fast bench clean help
+.PHONY: install browser run status kafka lint test test-fast bench clean help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -36,6 +36,9 @@ run: $(STAMP)  ## set up and start the platform on its embedded defaults
 
 status: $(STAMP)  ## each part of the platform on ./data: up or down (exit 1 when it is not serving)
 	$(BIN)/lambda-platform status
+
+kafka: $(STAMP)  ## a local one-node Kafka broker on 127.0.0.1:9092 (data/kafka) in the foreground; Ctrl-C stops it
+	$(BIN)/python -m deploy.runtime.kafka_broker --dir data/kafka
 
 lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run runs it before the tests
 	$(BIN)/ruff check .

@@ -23,3 +23,11 @@ class ApiError(DeployError):
 
 class UsageError(DeployError):
     """A command-line argument that cannot be used; the message names it and shows the right form."""
+
+
+class KafkaBrokerError(DeployError):
+    """The embedded Kafka broker could not be set up, started or stopped; the message names what and the fix."""
+
+
+class KafkaJarsError(KafkaBrokerError):
+    """The broker's jars could not be resolved (Java missing, Maven repository unreachable, artifact not found)."""

@@ -27,6 +27,7 @@ from tests.support.servers import ApiServer, RedisServer
 _FIXTURE_MARKERS = {
     "spark": "uses_spark", "browser": "uses_browser", "redis_cluster": "uses_redis_cluster",
     "cluster_url": "uses_redis_cluster", "s3_server": "uses_s3", "s3_settings": "uses_s3",
+    "kafka_broker": "uses_kafka",
 }
 #: Costliest first, so the two workers' last tests end close together (a long test started last
 #: would leave one core idle while it runs alone).
@@ -153,6 +154,17 @@ def browser() -> Iterator[Any]:
     driver = start_browser()
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real one-node Kafka broker (Apache Kafka, KRaft) on free loopback ports for the session: its bootstrap
+    address (``127.0.0.1:PORT``). Its jars are resolved once into the shared cache, under a lock file every
+    xdist worker shares (``deploy.runtime.kafka_jars.kafka_jars``). Tests use their own topics."""
+    from tests.support.kafka import kafka_broker_in
+
+    with kafka_broker_in(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker.bootstrap
 
 
 @pytest.fixture(scope="session")
