@@ -72,6 +72,8 @@ class UpTree:
             "LAMBDA_SPARK_SHUFFLE_PARTITIONS": str(c.shuffle_partitions),
             "LAMBDA_SPEED_TRIGGER_SECONDS": str(c.speed_trigger_seconds),
         })
+        if "LAMBDA_SPARK_CLASS_ARCHIVE_DIR" in os.environ:  # a baseline without it: set it empty (benchmarks/chaos.py)
+            env["LAMBDA_SPARK_CLASS_ARCHIVE_DIR"] = os.environ["LAMBDA_SPARK_CLASS_ARCHIVE_DIR"]
         return env
 
     def start(self) -> None:
