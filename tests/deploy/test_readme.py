@@ -22,7 +22,7 @@ Run for real:
   temporary folder) up to its ``up``, then the first block of "Several pipelines in one deployment",
   whose ``up`` serves ``clicks`` as the default pipeline with ``payments`` beside it: one ``up`` for
   both sections (the one ``up --no-generate`` of Bring your own pipeline is that same command on one
-  pipeline; it runs in tests/deploy/test_up.py). Then the second block of each section, command by
+  pipeline; it runs in tests/deploy/supervision/test_up.py). Then the second block of each section, command by
   command, from ``~/clicks`` in a new shell each (a shell's own ``export``/assignments carried to its
   later commands). Oracle: the master datasets read with ``deltalake`` at the version each answer names,
   summed in plain Python. The only changes: the port (``localhost:8000`` -> a free port, also
@@ -192,10 +192,10 @@ SHARED = "run on the module's one platform"
 RULES = (
     Rule("Two commands", r"make run", "test_make_targets",
          "checked: `make -n run` runs .venv/bin/lambda-platform up (run in test_several_pipelines_as_written and "
-         "tests/deploy/test_up.py)"),
+         "tests/deploy/supervision/test_up.py)"),
     Rule("Two commands", r"make test", "test_make_targets", "checked: `make -n test` runs pytest (this suite)"),
     Rule("Two commands", r"curl -s localhost:8000/v1/views/word_counts/keys/the", "test_curl_commands",
-         "checked: route, view, key in the wordcount sample, the answer shown; the query runs in tests/deploy/test_up.py"),
+         "checked: route, view, key in the wordcount sample, the answer shown; the query runs in tests/deploy/supervision/test_up.py"),
     Rule(BYOP, r"source \.venv/bin/activate", "test_bring_your_own_pipeline_as_written", SHARED),
     Rule(BYOP, r"mkdir -p ~/clicks && cd ~/clicks", "test_bring_your_own_pipeline_as_written", SHARED),
     Rule(BYOP, r"export LAMBDA_PIPELINE=clicks", "test_bring_your_own_pipeline_as_written", SHARED),
@@ -204,7 +204,7 @@ RULES = (
     Rule(BYOP, r"lambda-platform batch run", "test_bring_your_own_pipeline_as_written", SHARED),
     Rule(BYOP, r"lambda-platform up --no-generate", "test_every_lambda_platform_command_parses",
          "checked: parses; the module's one `up` is Several pipelines' (clicks the default); "
-         "`up --no-generate` on one pipeline runs in tests/deploy/test_up.py"),
+         "`up --no-generate` on one pipeline runs in tests/deploy/supervision/test_up.py"),
     Rule(BYOP, r"curl -s localhost:8000/v1/views/page_views/keys/news", "test_bring_your_own_pipeline_as_written",
          SHARED),
     Rule(BYOP, r"curl -s -H Authorization: Bearer \$\(cat data/local_api_key\) -H Content-Type: application/json "

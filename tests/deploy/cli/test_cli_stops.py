@@ -250,6 +250,6 @@ except (Terminated, KeyboardInterrupt) as e:
 def test_an_interrupt_raised_inside_a_finalizer_is_raised_again(sent: str, unwound_by: str) -> None:
     """Python prints an exception raised in a __del__ and drops it: the interrupt comes again, and unwinds."""
     done = subprocess.run([sys.executable, "-c", _LOST_IN_A_FINALIZER.replace("{signal}", sent)], capture_output=True,
-                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[3])
     assert done.stdout.strip() == f"unwound by {unwound_by}", done.stdout + done.stderr
     assert "Exception ignored" not in done.stderr, done.stderr

@@ -1,5 +1,5 @@
 """Operators can see Spark: the UI and event log settings take effect on a real session, and
-``status`` shows where the batch scheduler's UI is (the speed layer's: tests/deploy/test_cluster.py)."""
+``status`` shows where the batch scheduler's UI is (the speed layer's: tests/deploy/runtime/test_cluster.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.clusters import get_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_scheduler_serves_its_spark_ui_writes_an_event_log_and_status_shows_the_ui(

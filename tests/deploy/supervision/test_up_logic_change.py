@@ -101,7 +101,7 @@ class Platform:
         self.folder, self.port = folder, free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-        repo = str(Path(__file__).resolve().parents[2])  # this checkout's code, whatever is installed
+        repo = str(Path(__file__).resolve().parents[3])  # this checkout's code, whatever is installed
         self.env.update({
             "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
             "LAMBDA_PIPELINE": "mywords", "LAMBDA_HTTP_PORT": str(self.port), "LAMBDA_BATCH_SCHEDULE": "1h",

@@ -39,7 +39,7 @@ from serving.store.runs import RunConflictError
 from shared_logic.registry import load_pipeline
 from tests.support import ingest_texts, registry, runs_with, scheduler_thread, served_generation, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TERMINAL = ("succeeded", "failed", "skipped")
 
 

@@ -44,7 +44,7 @@ from tests.support.speed import assert_exact, processed_version
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_spark_cluster]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 PIPELINE = "shipped_wordcount"
 #: A user's pipeline module: word count (the oracle's semantics) with its splitting in a Python UDF.
