@@ -33,13 +33,13 @@ BENCHES = (
           ("--no-profile",), 300),
     Bench("batch", "benchmarks/batch_recompute.py",
           ("--events", "1000000", "--repeat", "1", "--driver-memory", "4g", "--quiet-timeout", "5", "--no-verify"),
-          ("--events", "1000000", "10000000", "--repeat", "2", "--driver-memory", "8g"), 420),
+          ("--events", "1000000", "10000000", "--repeat", "2", "--driver-memory", "8g"), 600),
     Bench("speed_50k", "benchmarks/speed_layer_bench.py",
           ("throughput", "--events", "200000", "--versions", "20", "--users", "50000"),
-          ("throughput", "--events", "2000000", "--versions", "200", "--users", "50000"), 300),
+          ("throughput", "--events", "2000000", "--versions", "200", "--users", "50000"), 480),
     Bench("speed_1k", "benchmarks/speed_layer_bench.py",
           ("throughput", "--events", "200000", "--versions", "20", "--users", "1000", "--max-rows", "50000"),
-          ("throughput", "--events", "2000000", "--versions", "200", "--users", "1000"), 300),
+          ("throughput", "--events", "2000000", "--versions", "200", "--users", "1000"), 420),
     Bench("freshness", "benchmarks/speed_layer_bench.py",
           ("freshness", "--events", "40", "--rate", "4", "--idle-seconds", "5"),
           ("freshness", "--events", "240", "--rate", "4", "--idle-seconds", "30"), 300),
@@ -136,6 +136,30 @@ def _speed_ratio(f: Figures) -> Outcome:
                    f"{ratio:.2f}x with the start, {_events(f['events'])} events)", kept >= 0.7)
 
 
+def _speed_peer(f: Figures) -> Outcome | None:
+    """Ours / the foreachBatch peer (pipelined increments, at-least-once), on the sustained rates where both have one."""
+    peer = f.get("peer_events_per_s")
+    if not peer:
+        return None
+    kept, sustained, peer_kept = f.get("ours_over_peer_sustained"), f.get("sustained_events_per_s"), f.get("peer_sustained_events_per_s")
+    head = (f"sustained {kept:.2f}x ({sustained:,.0f} vs {peer_kept:,.0f} events/s); " if kept else "")
+    return Outcome(head + f"{f['ours_over_peer']:.2f}x with the start ({f['events_per_s']:,.0f} vs {peer:,.0f} events/s, "
+                   f"{_events(f['events'])} events, {f['users']:,} users; peer median of {len(f['peer_runs'])})", None)
+
+
+def _batch_peer(f: Figures) -> Outcome | None:
+    size = next((s for s in f["sizes"] if s["events"] == 1_000_000 and "a_over_d" in s), None)
+    if size is None:
+        return None
+    return Outcome(f"{size['a_over_d']:.2f}x ({size['a_seconds']:.1f} s vs {size['d_seconds']:.1f} s; "
+                   f"by CPU {size['a_over_d_cpu']:.2f}x)", None)
+
+
+def _p99_ratio(f: Figures) -> Outcome:
+    ratio = f.get("p99_a_over_b", f["a_p99_ms"] / f["b_p99_ms"])
+    return Outcome(f"{ratio:.2f}x ({f['a_p99_ms']:.2f} vs {f['b_p99_ms']:.2f} ms at {f['half_rate']:,.0f} req/s)", None)
+
+
 def _sizes(f: Figures) -> str:
     g = f["growth"]
     return f"{_events(g['from_rows'])} -> {_events(g['to_rows'])} rows"
@@ -178,13 +202,21 @@ MEASURES = (
     Measure("key reads: p99 at half saturation", "<= 3 ms", "query",
             lambda f: Outcome(f"{f['a_p99_ms']:.2f} ms (at {f['half_rate']:,.0f} req/s; bare {f['b_p99_ms']:.2f} ms)",
                               f["a_p99_ms"] <= 3.0)),
+    Measure("key reads: p99 at half saturation / bare endpoint's p99 at the same rate", "reported", "query",
+            _p99_ratio),
     Measure("batch recompute incl. Redis publish / hand-written Spark SQL, 1M events", "<= 1.15x", "batch",
             _batch_at(1_000_000), FULL_BATCH),
+    Measure("batch recompute / peer (Spark SQL -> Redis, HSET pipelines, no generations), 1M events", "reported",
+            "batch", _batch_peer, FULL_BATCH),
     Measure("batch recompute / hand-written Spark SQL, 10M events", "<= 1.15x", "batch", _batch_at(10_000_000),
             FULL_BATCH),
     Measure("batch recompute time 10M / 1M events", "<= 11x", "batch", _batch_growth, FULL_BATCH),
     Measure("speed layer throughput, 50k users", ">= 100k events/s", "speed_50k", _speed_rate),
     Measure("speed layer / Spark baseline, 1k users", ">= 0.7x", "speed_1k", _speed_ratio),
+    Measure("speed layer / foreachBatch peer (pipelined HINCRBY/PFADD, at-least-once), 50k users", "reported",
+            "speed_50k", _speed_peer),
+    Measure("speed layer / foreachBatch peer (pipelined HINCRBY/PFADD, at-least-once), 1k users", "reported",
+            "speed_1k", _speed_peer),
     Measure("freshness: ingest -> merged answer, p95", "<= 0.5 s", "freshness",
             lambda f: Outcome(f"{f['p95_s']:.3f} s (p50 {f['p50_s']:.3f}, max {f['max_s']:.3f}; {f['events']} events, "
                               f"trigger {f['trigger_s']:g} s; after {f.get('warmup_events', 0)} warm-up events, the first visible "

@@ -3,7 +3,7 @@
 
 For each event count it builds a payments master dataset (synthetic, generated as Arrow and
 appended with ``MasterDataset.append`` in chunks, so the table has several files), then, in one
-process and one SparkSession, times these variants in rotation (A B C A B C ...), so that drift
+process and one SparkSession, times these variants in rotation (A B C D A B C D ...), so that drift
 (JIT, page cache, GC, thermal) hits every variant alike:
 
   A  ``run_batch``: the full recompute (barrier append, Spark snapshot read, shared transform,
@@ -15,6 +15,10 @@ process and one SparkSession, times these variants in rotation (A B C A B C ...)
      ``write_generation(view.aggregate(pipeline.transform(snapshot)))`` per view, and the event
      count ``run_batch`` computes for its metadata. A - C is the Redis publishing cost; C / B
      is the framework's overhead on the Spark work.
+  D  the peer a user would otherwise build (``_peers.batch_peer``, ``--no-peer`` leaves it out): B's
+     SQL over the same files, each row written to Redis with one HSET from ``foreachPartition``
+     (redis-py pipelines of 1,000 rows), no generations, no flip, rows overwritten in place. A / D
+     is the price of the platform's publish (a new generation, the atomic flip, the old one dropped).
 
 Every variant runs once untimed (warm-up) before the timed repeats; after the warm-up the gold
 tables and B's output are compared row by row, and Redis is checked to serve A's generation with
@@ -45,6 +49,7 @@ from _batch_report import TARGET_A_OVER_B, Variant, redis_cpu, redis_info, repor
 from _batch_steps import STEPS, instrument
 from _batch_variants import variant_a, variant_b, variant_c, verify
 from _harness import embedded_redis, git_commit, machine_busy_seconds, tree_cpu_seconds, wait_quiet, write_figures
+from _peers import batch_peer, check_batch_peer
 
 log = logging.getLogger("bench")
 
@@ -67,6 +72,9 @@ class _Rotation:
             "B": Variant("B", "B  hand-written Spark SQL, same files -> parquet"),
             "C": Variant("C", "C  recompute without Redis (barrier..gold commit, count)"),
         }
+        if not args.no_peer:
+            self.variants["D"] = Variant("D", "D  peer: hand-written Spark SQL -> Redis, HSET pipelines")
+        self.keys = "".join(self.variants)
         self.results: dict[str, dict[str, Any]] = {}
 
     def _variant(self, key: str, iteration: int) -> dict[str, Any]:
@@ -74,6 +82,8 @@ class _Rotation:
             return variant_a(self.spark, self.settings, self.pipeline, self.redis_url)
         if key == "B":
             return variant_b(self.spark, self.settings, self.b_root / f"run-{iteration}")
+        if key == "D":
+            return batch_peer(self.spark, self.settings, self.redis_url, STEPS)
         return variant_c(self.spark, self.settings, self.pipeline)
 
     def run(self, key: str, iteration: int) -> float:
@@ -104,21 +114,24 @@ class _Rotation:
         return seconds
 
     def all(self, events: int) -> None:
-        """Warm-up A B C (untimed), the check, then --repeat timed rounds A B C."""
+        """Warm-up A B C D (untimed), the check, then --repeat timed rounds A B C D."""
         args, b_root = self.args, self.b_root
-        print("   warm-up (untimed): A B C", flush=True)
-        for key in "ABC":
+        print(f"   warm-up (untimed): {' '.join(self.keys)}", flush=True)
+        for key in self.keys:
             seconds = self.run(key, 0)
             print(f"     {key}: {seconds:.2f}s", flush=True)
         if not args.no_verify:
             problems = verify(self.spark, self.settings, self.pipeline, b_root / "run-0", self.results["A"],
                               self.redis_url, events)
-            print("   check: gold == hand-written output row by row; Redis serves A's generation, every row's distinct values: "
+            if "D" in self.variants:
+                problems += check_batch_peer(self.redis_url, self.results["A"]["rows"])
+            print("   check: gold == hand-written output row by row; Redis serves A's generation, every row's distinct values"
+                  + ("; D's hashes one per gold row" if "D" in self.variants else "") + ": "
                   + ("OK" if not problems else "MISMATCH: " + "; ".join(problems)), flush=True)
         shutil.rmtree(b_root / "run-0", ignore_errors=True)
         for i in range(1, args.repeat + 1):
             line = []
-            for key in "ABC":
+            for key in self.keys:
                 line.append(f"{key} {self.run(key, i):.2f}s")
                 shutil.rmtree(b_root / f"run-{i}", ignore_errors=True)
             print(f"   repeat {i}/{args.repeat}: " + "  ".join(line), flush=True)
@@ -192,6 +205,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quiet-timeout", type=float, default=120.0,
                         help="longest wait (s) for the machine to quiet down before a run; then run anyway")
     parser.add_argument("--no-verify", action="store_true", help="skip the untimed correctness check after warm-up")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="leave out D, the peer a user would otherwise build (benchmarks/_peers.py)")
     parser.add_argument("--verbose", action="store_true", help="log the platform's INFO messages")
     parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file (for suite.py)")
     args = parser.parse_args(argv)

@@ -46,7 +46,8 @@ connects first, then starts on a signal so the CPU figures cover the load only.
    connections, for ``--seconds`` s. Latency is measured from the *intended* send time (so a stall
    is not hidden by the client waiting: no coordinated omission) and also from the actual send;
    the client's own lateness (its timers tick in 1 ms steps) is printed too. Target: p99 <= 3 ms.
-   B is run at the same rate for reference.
+   B is run at the same rate, and A's p99 is printed as a multiple of B's (the absolute 3 ms is
+   below what the bare endpoint itself reaches on a busy 2-core host).
 3. Where A's time goes (``--profile``, default: when A/B < 0.8; ``--no-profile`` skips). First
    over HTTP, a third server (this file with ``--serve-what-if``: A's settings and app, changed in
    memory only) is measured like 1, one run each: A' = A's route with its sync dependencies made
@@ -315,10 +316,13 @@ def _half(run: _Bench, machine: Machine, median_a: float) -> None:
         print(f"      from actual send:   {ms(r['service'], 'p50', 'p95', 'p99', 'p999', 'max')}")
         print(f"      client lateness:    {ms(r['lag'], 'p50', 'p99', 'max')}")
     p99 = half["A platform"].result["latency"]["p99"] * 1e3
-    run.figures.update({"half_rate": rate, "a_p99_ms": p99, "b_p99_ms": half["B bare"].result["latency"]["p99"] * 1e3,
+    bare = half["B bare"].result["latency"]["p99"] * 1e3
+    run.figures.update({"half_rate": rate, "a_p99_ms": p99, "b_p99_ms": bare, "p99_a_over_b": p99 / bare,
                         "a_half_failures": half["A platform"].result["failures"]})
     print(f"  A p99 AT HALF SATURATION = {p99:.2f} ms   (target <= 3 ms: {'met' if p99 <= 3 else 'NOT met'}); "
-          f"B at the same rate: p99 {half['B bare'].result['latency']['p99'] * 1e3:.2f} ms (reference)")
+          f"B at the same rate: p99 {bare:.2f} ms")
+    print(f"  p99 A/B AT THE SAME RATE = {p99 / bare:.2f}   (the platform's p99 as a multiple of the bare endpoint's, "
+          "both at A's half-saturation rate)")
 
 
 def _where_time_goes(run: _Bench, machine: Machine, counts: dict[str, int], keys: list[str], ratio: float) -> None:
