@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 #: CDS's notes (classes it skips, a mismatch it works around) would otherwise go to the JVM's stdout.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _pending: Path | None = None
-#: Archives kept in the folder: one per Java and Spark installation in use, the newest first.
-_KEEP = 3
+#: Archives kept in the folder, the newest: one per Spark installation (a checkout's venv) and engine in use,
+#: e.g. a working copy's and a CI clone's, each with delta-rs and delta-spark.
+_KEEP = 4
 
 
 def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
@@ -44,14 +45,14 @@ def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
         return ""
     folder = folder.expanduser()
     archive = folder / f"spark-{_identity(spark_options)}.jsa"
-    if archive.is_file():
-        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {_QUIET}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _remove_orphans(folder)
+        _remove_orphans(folder)  # every time: a process that never adopts (a test session's JVM) leaves one
     except OSError as e:  # a read-only cache: run without sharing, say so once
         log.warning("no class-data-sharing archive (JVM start-up is slower): %s", e)
         return ""
+    if archive.is_file():
+        return f"-XX:SharedArchiveFile={archive} -Xshare:auto {_QUIET}"
     _pending = folder / f"{archive.name}.{os.getpid()}.partial"
     return f"-XX:ArchiveClassesAtExit={_pending} {_QUIET}"
 
@@ -69,7 +70,7 @@ def adopt_archive() -> None:
 
 
 def _keep_newest(folder: Path) -> None:
-    """Delete all but the newest ``_KEEP`` archives (each checkout or upgrade writes one of ~200 MB); a JVM
+    """Delete all but the newest ``_KEEP`` archives (each checkout, engine or upgrade writes one of ~200 MB); a JVM
     that mapped a deleted one keeps it until it exits."""
     archives = sorted(folder.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
     for stale in archives[_KEEP:]:

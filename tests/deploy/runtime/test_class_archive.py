@@ -43,6 +43,17 @@ def test_the_first_jvm_writes_the_archive_and_the_next_one_maps_it(tmp_path: Pat
     assert mapped.returncode == 0, mapped.stderr
 
 
+def test_a_partial_archive_left_by_a_dead_writer_goes_even_when_an_archive_is_in_place(tmp_path: Path) -> None:
+    folder = tmp_path / "cds"
+    folder.mkdir()
+    in_place = class_archive.archive_options(folder, _SPARK).split("=", 1)[1].split()[0].rsplit(".", 2)[0]
+    Path(in_place).write_bytes(b"archive")  # this Spark's archive is in place
+    orphan = folder / "spark-0123456789abcdef.jsa.999999999.partial"  # a test session's JVM: never adopted
+    orphan.write_bytes(b"x")
+    assert class_archive.archive_options(folder, _SPARK).startswith(f"-XX:SharedArchiveFile={in_place} ")
+    assert not orphan.exists()
+
+
 def test_another_spark_gets_its_own_archive_and_none_means_off(tmp_path: Path) -> None:
     folder = tmp_path / "cds"
     first = class_archive.archive_options(folder, _SPARK)
@@ -58,7 +69,7 @@ def test_partial_archives_of_dead_writers_go_and_only_the_newest_archives_stay(t
     alive = folder / f"spark-0123456789abcdef.jsa.{os.getpid()}.partial"
     dead.write_bytes(b"x")
     alive.write_bytes(b"x")
-    for age, name in enumerate(["a", "b", "c", "d"]):
+    for age, name in enumerate(["a", "b", "c", "d", "e"]):
         stale = folder / f"spark-{name * 16}.jsa"
         stale.write_bytes(b"x")
         os.utime(stale, (1_000_000 + age, 1_000_000 + age))
@@ -70,4 +81,5 @@ def test_partial_archives_of_dead_writers_go_and_only_the_newest_archives_stay(t
     class_archive.adopt_archive()
 
     kept = {p.name for p in folder.glob("*.jsa")}
-    assert kept == {written.name.rsplit(".", 2)[0], "spark-dddddddddddddddd.jsa", "spark-cccccccccccccccc.jsa"}
+    assert kept == {written.name.rsplit(".", 2)[0], "spark-eeeeeeeeeeeeeeee.jsa", "spark-dddddddddddddddd.jsa",
+                    "spark-cccccccccccccccc.jsa"}
