@@ -250,6 +250,13 @@ class Settings(BaseSettings):
         return join(self.tables_root, "master", self.pipeline_slug)
 
     @property
+    def dead_letters_uri(self) -> str:
+        """The pipeline's dead-letter table (``batch_layer.master.dead_letters``): a local path or an ``s3://`` URI."""
+        from batch_layer.master.object_store import join
+
+        return join(self.tables_root, "dead_letters", self.pipeline_slug)
+
+    @property
     def gold_uri(self) -> str:
         """Folder of the pipeline's gold tables, one Delta table per view: a local path or an ``s3://`` URI."""
         from batch_layer.master.object_store import join

@@ -1,0 +1,191 @@
+"""Dead letters: the events a path refused, kept with their raw text, where they came from and why.
+
+Each pipeline has one dead-letter Delta table beside its master dataset. A row is one refused
+record: its raw text (as received; bytes that are not UTF-8 are kept as ``\\x..`` escapes), its
+source ('kafka', 'file', 'backfill' or 'transform') with its coordinates (topic/partition/offset,
+or file and line), the first field at fault and every problem in words, and when it was refused.
+
+Guarantees: a write is one commit, all of its letters or none. A writer that replays (a streaming
+micro-batch after a crash) passes its application transaction (``app_id``, ``app_version``), and
+a version already recorded commits nothing, so a letter is never kept twice. Nothing here ever
+raises for the content of a letter: a dead-letter path must not become a second way to stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+import dataclasses
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from batch_layer.errors import StorageError
+from batch_layer.master.delta_log import open_table
+from batch_layer.master.engines import get_engine
+from batch_layer.master.object_store import Location
+from batch_layer.master.storage import CommitConflictError, StorageEngine
+from shared_logic.errors import EventProblem
+
+log = logging.getLogger(__name__)
+
+#: Where a dead letter came from.
+SOURCES = ("kafka", "file", "backfill", "transform")
+
+#: The dead-letter table's columns (every one nullable but the raw text, source, reason and time).
+SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("raw", pa.string(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("file", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("field", pa.string()),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("dead_at", pa.timestamp("us", tz="UTC"), nullable=False),
+])
+
+#: Longest raw text kept per letter (a record past it is kept cut, with the cut said in the reason).
+RAW_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One refused record: what it was, where it came from, why it was refused."""
+
+    raw: str  # bytes are accepted and kept as text (``raw_text``)
+    source: str
+    reason: str
+    field: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    file: str | None = None
+    line: int | None = None
+    dead_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.raw, str) or len(self.raw) > RAW_LIMIT:  # bytes, None, or too long: kept as text
+            object.__setattr__(self, "raw", raw_text(self.raw))
+
+    @property
+    def id(self) -> str:
+        """The letter's identity: the same record refused at the same place is the same letter (a replay of
+        the same records keeps no second copy, and ``dead-letters replay`` ingests each letter once)."""
+        where = (self.source, self.topic, self.partition, self.offset, self.file, self.line, self.raw)
+        return hashlib.sha256(json.dumps(where).encode()).hexdigest()[:32]
+
+    def row(self) -> dict[str, object]:
+        return {"id": self.id, **asdict(self)}
+
+    @classmethod
+    def of_problems(cls, raw: str | bytes | None, source: str, problems: Sequence[EventProblem],
+                    **where: object) -> DeadLetter:
+        """A letter for a record refused with ``problems`` (its first problem names the field)."""
+        reason = "; ".join(f"field {p.field!r}: {p.message}" for p in problems) or "refused"
+        return cls(raw=raw_text(raw), source=source, reason=reason,
+                   field=problems[0].field if problems else None, **where)  # type: ignore[arg-type]
+
+
+def raw_text(raw: str | bytes | None) -> str:
+    """A record's raw value as text: UTF-8 decoded (other bytes escaped), cut at ``RAW_LIMIT`` characters."""
+    if raw is None:
+        return ""
+    text = raw.decode("utf-8", errors="backslashreplace") if isinstance(raw, bytes) else raw
+    return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [cut: {len(text)} characters]"
+
+
+class DeadLetterConfig(Protocol):
+    """Where a pipeline's dead-letter table lives and which engine writes it."""
+
+    @property
+    def dead_letters_uri(self) -> str: ...
+
+    @property
+    def storage_engine(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class DeadLetterPage:
+    """One page of a pipeline's dead letters (oldest first) and how many match in all."""
+
+    letters: list[dict[str, object]]
+    total: int
+
+
+class DeadLetters:
+    """A pipeline's dead-letter table on a storage engine."""
+
+    def __init__(self, path: Location, pipeline: str, engine: StorageEngine) -> None:
+        self.path, self.pipeline, self.engine = path, pipeline, engine
+
+    @classmethod
+    def open(cls, config: DeadLetterConfig, pipeline: str) -> DeadLetters:
+        return cls(config.dead_letters_uri, pipeline, get_engine(config.storage_engine))
+
+    def append(self, letters: Sequence[DeadLetter], *, app_id: str | None = None,
+               app_version: int | None = None) -> int | None:
+        """Keep ``letters`` in one commit; its version, or None when there was nothing to keep or the
+        application transaction ``(app_id, app_version)`` is already recorded (a replay)."""
+        if not letters:
+            return None
+        self.engine.ensure_table(self.path, SCHEMA, name=f"dead_letters_{self.pipeline}", change_feed=False)
+        if app_id is not None and app_version is not None and self.recorded(app_id) >= app_version:
+            return None
+        rows = pa.Table.from_pylist([letter.row() for letter in letters], schema=SCHEMA)
+        try:
+            version = self.engine.append(self.path, rows.to_reader(), app_id=app_id, app_version=app_version,
+                                         metadata={"lambda.dead_letters": letters[0].source})
+        except CommitConflictError:
+            return None  # another writer recorded this very transaction first
+        log.warning("%d dead letter(s) of pipeline %s kept at version %d (first: %s)", len(letters),
+                    self.pipeline, version, letters[0].reason[:200])
+        return version
+
+    def recorded(self, app_id: str) -> int:
+        """The newest version of application transaction ``app_id`` recorded here (-1: none)."""
+        if self.engine.latest_version(self.path) is None:
+            return -1
+        found = self.engine.transaction_version(self.path, app_id)
+        return -1 if found is None else found
+
+    def count(self) -> int:
+        return self.page(limit=0).total
+
+    def page(self, *, source: str | None = None, reason: str | None = None, offset: int = 0,
+             limit: int = 100) -> DeadLetterPage:
+        """Letters oldest first, filtered by ``source`` (exact) and ``reason`` (case-insensitive
+        substring), ``limit`` from ``offset``."""
+        table = self._read()
+        keep = _matching(table, source, reason)
+        if keep is not None:
+            table = table.filter(keep)
+        table = table.sort_by([("dead_at", "ascending")])
+        return DeadLetterPage(table.slice(offset, limit).to_pylist() if limit else [], table.num_rows)
+
+    def _read(self) -> pa.Table:
+        if self.engine.latest_version(self.path) is None:
+            return SCHEMA.empty_table()
+        try:
+            return open_table(self.path).to_pyarrow_table()
+        except Exception as e:  # delta-rs raises several kinds for an unreadable table
+            raise StorageError(f"cannot read the dead letters of pipeline {self.pipeline} at {self.path}: {e}") from e
+
+
+def _matching(table: pa.Table, source: str | None, reason: str | None) -> pa.ChunkedArray | None:
+    tests: list[Callable[[], pa.ChunkedArray]] = []
+    if source is not None:
+        tests.append(lambda: pc.equal(table["source"], source))
+    if reason is not None:
+        tests.append(lambda: pc.match_substring(table["reason"], reason, ignore_case=True))
+    keep = None
+    for test in tests:
+        keep = test() if keep is None else pc.and_(keep, test())
+    return keep
