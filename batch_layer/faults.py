@@ -11,7 +11,8 @@ Points: ``after-barrier``, ``after-gold`` and ``before-flip`` (batch run); ``spe
 the next: killing the Python worker there fails the micro-batch half applied); ``speed-after-read``
 (a speed-layer writer has read the rows a chunk touches and not yet written their merged values);
 ``speed-dropping-segments`` (a fresh start of the speed layer has deleted its segments' metadata and
-not yet their data).
+not yet their data); ``kafka-before-master``, ``kafka-after-master`` and ``kafka-after-letters`` (a Kafka
+ingest micro-batch validated; its master commit made; its dead letters too, Spark's commit not yet).
 """
 
 from __future__ import annotations

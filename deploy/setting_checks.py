@@ -20,7 +20,7 @@ SCOPES = ("read", "ingest", "admin")
 MIN_API_KEY_LENGTH = 16
 #: Settings holding secrets: a problem with one is reported by its variable and a position, never
 #: with any part of its value.
-SECRET_SETTINGS = frozenset({"api_keys", "s3_secret_access_key"})
+SECRET_SETTINGS = frozenset({"api_keys", "s3_secret_access_key", "kafka_options"})
 _REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 
 

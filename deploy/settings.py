@@ -1,10 +1,10 @@
 """The platform's one settings class.
 
-Every process reads its configuration here once (``get_settings``) and passes the object down;
-Spark jobs receive the values they need as arguments, never from import-time globals.
-Values come from ``LAMBDA_*`` environment variables, then from an optional ``.env``-style file
-(``LAMBDA_ENV_FILE``, default ``./.env``), then from the defaults below, which run on a fresh
-machine with nothing else installed.
+Every process reads its configuration here once (``get_settings``) and passes the object down; Spark
+jobs receive the values they need as arguments, never from import-time globals. Values come from
+``LAMBDA_*`` environment variables, then an optional ``.env``-style file (``LAMBDA_ENV_FILE``, default
+``./.env``), then the defaults below, which run on a fresh machine with nothing else installed. The
+Kafka settings are in ``deploy.kafka_settings``.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from deploy import setting_checks as check
 from deploy.errors import ConfigError
+from deploy.kafka_settings import KafkaSettings
 from shared_logic.errors import SharedLogicError
 from shared_logic.registry import load_pipeline
 
 LOCAL_API_KEY_FILE = "local_api_key"
 
 
-class Settings(BaseSettings):
+class Settings(KafkaSettings):
     """Configuration of one platform installation: one data dir, one or several pipelines.
 
     ``pipeline`` is the pipeline a one-pipeline command acts on; ``pipelines`` (when set) are all
@@ -66,12 +67,10 @@ class Settings(BaseSettings):
     spark_master: str = Field("local[*]", description="Spark master URL for the batch and speed layers.")
     spark_shuffle_partitions: int = Field(8, ge=1, le=10_000, description="spark.sql.shuffle.partitions.")
     spark_driver_memory: str = Field("2g", description="spark.driver.memory for local mode.")
-    storage_engine: Literal["delta-rs", "delta-spark"] = Field(
-        "delta-rs", description="Delta Lake engine: 'delta-rs' (embedded, no JVM jars) or 'delta-spark' (JVM Delta in Spark)."
-    )
-    spark_ivy_dir: Path = Field(
-        Path("~/.cache/lambda-platform/ivy"), description="Ivy cache for Spark's jars (delta-spark), shared by every run."
-    )
+    storage_engine: Literal["delta-rs", "delta-spark"] = Field("delta-rs", description="Delta Lake engine: 'delta-rs' "
+                                                             "(embedded, no JVM jars) or 'delta-spark' (JVM Delta in Spark).")
+    spark_ivy_dir: Path = Field(Path("~/.cache/lambda-platform/ivy"),
+                                description="Ivy cache for Spark's jars (delta-spark, Kafka), shared by every run.")
     spark_class_archive_dir: Path | None = Field(
         Path("~/.cache/lambda-platform/cds"), description="Class-data-sharing archives of the Spark driver JVM's "
         "classes, written by the first command that exits and mapped by later JVMs (faster start-up: "
@@ -102,12 +101,10 @@ class Settings(BaseSettings):
         f"each key at least {check.MIN_API_KEY_LENGTH} characters."
     )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
-    ingest_group_commit_ms: float = Field(
-        5.0, ge=0, le=1000, description="How long an ingest commit waits to gather concurrent requests."
-    )
-    batch_schedule: str | None = Field(
-        None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or a cron expression."
-    )
+    ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000,
+                                          description="How long an ingest commit waits to gather concurrent requests.")
+    batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
+                                                         "or a cron expression.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description='Per-pipeline schedules as JSON, {"payments": "15m"}; the others use '
         "LAMBDA_BATCH_SCHEDULE."
@@ -194,6 +191,7 @@ class Settings(BaseSettings):
         if default != self.pipeline:
             object.__setattr__(self, "pipeline", default)  # frozen: set once, while validating
         check.pipeline_schedules(self.batch_schedules, self.pipeline_names)
+        self.check_kafka(self.pipeline_names)
         return self
 
     @property
@@ -279,8 +277,7 @@ class Settings(BaseSettings):
         return Path(uri)
 
     def object_store_env(self) -> dict[str, str]:
-        """The standard AWS variables delta-rs, pyarrow and Hadoop S3A read, from the LAMBDA_S3_* settings
-        that are set (the secret in clear: only for a process environment, never for output)."""
+        """The AWS variables delta-rs, pyarrow and S3A read, from LAMBDA_S3_* (secret in clear: never for output)."""
         env = {"AWS_ENDPOINT_URL": self.s3_endpoint_url, "AWS_REGION": self.s3_region,
                "AWS_ACCESS_KEY_ID": self.s3_access_key_id,
                "AWS_SECRET_ACCESS_KEY": self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else None}
@@ -292,6 +289,11 @@ class Settings(BaseSettings):
     def speed_checkpoint_path(self) -> Path:
         """The speed layer's streaming checkpoint (offsets = master versions)."""
         return self.data_dir.resolve() / "checkpoints" / self.pipeline_slug / "speed"
+
+    @property
+    def kafka_checkpoint_path(self) -> Path:
+        """The Kafka ingest query's checkpoint (offsets = Kafka offsets; its id names the master's transactions)."""
+        return self.data_dir.resolve() / "checkpoints" / self.pipeline_slug / "kafka-ingest"
 
     @property
     def redis_dir(self) -> Path:

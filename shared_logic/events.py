@@ -19,6 +19,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -43,7 +44,8 @@ from shared_logic.event_values import (
     repeated_keys_of_array,
 )
 
-__all__ = ["INT_MAX", "INT_MIN", "KIND_COLUMN", "TIME_MAX", "TIME_MIN", "TIME_RANGE", "EventSchema", "as_utc"]
+__all__ = ["INT_MAX", "INT_MIN", "KIND_COLUMN", "TIME_MAX", "TIME_MIN", "TIME_RANGE", "EventSchema", "SortedRecords",
+           "as_utc"]
 
 #: Master-dataset column telling event rows from barrier rows (see batch_layer.master.dataset).
 KIND_COLUMN = "_kind"
@@ -145,6 +147,35 @@ class EventSchema:
         checks = ((f"line {number}", functools.partial(self._from_json, text)) for number, text in lines)
         return self._to_table(_each_valid(checks, source), now)
 
+    def sort_json_records(
+        self, records: Sequence[tuple[str | bytes | None, datetime | None]], *, now: Clock = _utcnow
+    ) -> SortedRecords:
+        """Validate records of a stream, one JSON document each, strictly, one at a time: a bad record is
+        set aside with its problems and never stops the others (``validate_json_lines`` is all-or-nothing).
+
+        Each record is ``(text, its own time)``: an event without an event time takes the record's time
+        (a Kafka record's timestamp), else ``now()``. A record with no value at all (None) is refused.
+        """
+        models: list[BaseModel] = []
+        kept: list[int] = []
+        times: list[datetime | None] = []
+        refused: list[tuple[int, tuple[EventProblem, ...]]] = []
+        for index, (text, stamp) in enumerate(records):
+            if text is None:
+                refused.append((index, (EventProblem(f"record {index}", "(event)", _NO_VALUE),)))
+                continue
+            try:
+                models.append(self._from_json(text))
+            except ValidationError as e:
+                refused.append((index, tuple(_problem(err, _naming(f"record {index}")) for err in e.errors())))
+                continue
+            except _Unfit as e:
+                refused.append((index, tuple(EventProblem(f"record {index}", f, m) for f, m in e.problems)))
+                continue
+            kept.append(index)
+            times.append(stamp)
+        return SortedRecords(self._to_table(models, now, times), kept, refused)
+
     def validate_records(
         self, records: Iterable[tuple[str, Mapping[str, Any]]], *, source: str, strict: bool, now: Clock = _utcnow
     ) -> pa.Table:
@@ -171,15 +202,18 @@ class EventSchema:
                 raise _Unfit([], repeated)
         return model
 
-    def _to_table(self, models: Sequence[BaseModel], now: Clock) -> pa.Table:
+    def _to_table(self, models: Sequence[BaseModel], now: Clock,
+                  own_times: Sequence[datetime | None] | None = None) -> pa.Table:
         """Arrow table of validated events (datetimes already in UTC, see ``_fitting_columns``). A
-        missing event time becomes the ingest time, once per call, so it is fixed in the master
-        dataset and both layers see the same value."""
+        missing event time becomes the event's own record time (``own_times``) if it has one, else the
+        ingest time, once per call, so it is fixed in the master dataset and both layers see the same value."""
         columns: dict[str, list[Any]] = {n: [getattr(m, n) for m in models] for n in self.fields}
         if self.event_time_field:
             stamp = now()
             col = columns[self.event_time_field]
-            columns[self.event_time_field] = [stamp if t is None else t for t in col]
+            own = own_times if own_times is not None else [None] * len(col)
+            fill = [stamp if o is None else (as_utc(o) or stamp) for o in own]
+            columns[self.event_time_field] = [f if t is None else t for t, f in zip(col, fill, strict=True)]
         columns[KIND_COLUMN] = ["event"] * len(models)
         return pa.table(columns, schema=self.arrow_schema())
 
@@ -229,6 +263,19 @@ def _fit_int(cls: type, value: int | None) -> int | None:
 
 def _fit_float(cls: type, value: Any) -> Any:
     return value if type(value) is float else fit_int(value, "float")
+
+
+@dataclass(frozen=True)
+class SortedRecords:
+    """A stream's records sorted by :meth:`EventSchema.sort_json_records`: the valid ones as events in
+    master layout (``kept``: their indexes, in order), the others with their problems."""
+
+    events: pa.Table
+    kept: list[int]
+    refused: list[tuple[int, tuple[EventProblem, ...]]]
+
+
+_NO_VALUE = "the record has no value (an empty or tombstone record): one JSON object per record is expected"
 
 
 class _Unfit(Exception):

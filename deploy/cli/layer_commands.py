@@ -28,13 +28,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _spark(settings: Settings, args: argparse.Namespace, app_name: str, part: str) -> SparkSession:
+def _spark(settings: Settings, args: argparse.Namespace, app_name: str, part: str,
+           packages: tuple[str, ...] = ()) -> SparkSession:
     """Spark for this command; the JVM's output goes to ``DATA_DIR/logs/<part>.log`` (the file `up` gives that
     part), and to stderr too only with ``--verbose``."""
     from deploy.runtime.spark import build_spark
 
     log_file = settings.data_dir.resolve() / "logs" / f"{part}.log"
-    return build_spark(settings, app_name, log_file=log_file, echo=args.verbose)
+    return build_spark(settings, app_name, log_file=log_file, echo=args.verbose, packages=packages)
 
 
 def _redis(settings: Settings) -> AbstractContextManager[str]:
@@ -116,7 +117,7 @@ def _stages_table(stages: list[dict[str, str | int | float | None]]) -> Table:
 def speed_run(settings: Settings, args: argparse.Namespace) -> int:
     from speed_layer.runner import run_speed_layer
 
-    return _run_per_pipeline(settings, args, "speed", "speed layer", run_speed_layer)
+    return run_per_pipeline_app(settings, args, "speed", "speed layer", run_speed_layer)
 
 
 def batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
@@ -124,17 +125,18 @@ def batch_schedule(settings: Settings, args: argparse.Namespace) -> int:
 
     for name in settings.pipeline_names:  # a bad schedule stops here, before Spark starts
         parse_schedule(settings.for_pipeline(name).batch_schedule)
-    return _run_per_pipeline(settings, args, "scheduler", "batch scheduler", run_scheduler)
+    return run_per_pipeline_app(settings, args, "scheduler", "batch scheduler", run_scheduler)
 
 
-def _run_per_pipeline(settings: Settings, args: argparse.Namespace, role: str, what: str,
-                      loop: Callable[..., None]) -> int:
+def run_per_pipeline_app(settings: Settings, args: argparse.Namespace, role: str, what: str,
+                         loop: Callable[..., None], *, packages: tuple[str, ...] = ()) -> int:
     """Run ``loop(spark, settings, pipeline, redis_url=, stop=)`` for every pipeline, in one Spark
-    application, until a signal or a change of a pipeline's code stops them (``deploy.supervision.workers``)."""
+    application (with ``packages``), until a signal or a change of a pipeline's code stops them
+    (``deploy.supervision.workers``)."""
     from deploy.supervision.workers import application_name, run_per_pipeline
 
     with _redis(settings) as redis_url:
-        spark = _spark(settings, args, application_name(role, settings), role)
+        spark = _spark(settings, args, application_name(role, settings), role, packages)
         stop = stop_on_signals()
         watch = _watch_code(settings, stop)
         run_per_pipeline(settings, lambda own, pipeline, stop: loop(

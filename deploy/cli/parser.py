@@ -11,6 +11,7 @@
     lambda-platform top VIEW         the top keys of a view by a measure
     lambda-platform keys VIEW        a view's keys and values, by key, paged (--prefix, --where COL=VALUE)
     lambda-platform generate         demo traffic over HTTP
+    lambda-platform kafka ingest     read Kafka topics into the master datasets, exactly once (kafka feed, kafka broker)
 
 Configuration comes from LAMBDA_* environment variables (see README); the global options below
 override them for one command.
@@ -22,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from deploy.cli import layer_commands, platform_commands
+from deploy.cli.kafka_commands import add_kafka_commands
 from deploy.cli.view_commands import add_view_commands
 
 
@@ -109,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     http_options(generate, "post to the API at")
     generate.set_defaults(handler=platform_commands.generate)
     add_view_commands(sub, http_options)
+    add_kafka_commands(sub)
     return parser
 
 

@@ -63,7 +63,7 @@ def _bound_memory(builder: SparkSession.Builder) -> SparkSession.Builder:
 
 
 def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bool = False,
-                log_file: Path | None = None, echo: bool = True) -> SparkSession:
+                log_file: Path | None = None, echo: bool = True, packages: tuple[str, ...] = ()) -> SparkSession:
     """A SparkSession for ``settings``: UTC, parquet timestamps as micros, workers on the executor Python.
 
     ``log_file``: everything the JVM this starts prints (log4j's WARN lines, the JVM's own warnings,
@@ -75,7 +75,8 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     must be the driver's major.minor version (ExecutorPythonError otherwise). On a cluster the
     project's packages and the pipeline's module are shipped to the executors with the job, and a
     start-up check proves the executors can import what they will run (``deploy.runtime.shipping``).
-    The Spark UI and the event log follow ``LAMBDA_SPARK_UI*`` / ``LAMBDA_SPARK_EVENT_LOG_DIR``
+    ``packages``: more Maven packages for this application (Spark's Kafka source), resolved into the
+    shared Ivy cache beside the engine's. The Spark UI and the event log follow ``LAMBDA_SPARK_UI*`` / ``LAMBDA_SPARK_EVENT_LOG_DIR``
     (``ui=True`` also turns the UI on); ``LAMBDA_SPARK_CONF`` is applied last.
     """
     from pyspark.sql import SparkSession
@@ -95,7 +96,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
-        .config(map=_engine_conf(settings))
+        .config(map=_engine_conf(settings, packages))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
@@ -219,9 +220,14 @@ def _event_log_dir(value: str) -> str:
     return folder.as_uri()
 
 
-def _engine_conf(settings: Settings) -> dict[str, bool | float | int | str | None]:
-    """What the storage engine needs from Spark (typed as ``Builder.config(map=...)`` takes it)."""
+def _engine_conf(settings: Settings, packages: tuple[str, ...] = ()) -> dict[str, bool | float | int | str | None]:
+    """What the storage engine needs from Spark, and ``packages`` (typed as ``Builder.config(map=...)`` takes it)."""
     from batch_layer.master.engines import engine_spark_conf
+    from batch_layer.master.s3a import merge_conf
 
-    return {**engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
-                                snapshot_partitions=settings.spark_shuffle_partitions, tables=settings.tables_root)}
+    conf = engine_spark_conf(settings.storage_engine, ivy_dir=settings.spark_ivy_dir,
+                             snapshot_partitions=settings.spark_shuffle_partitions, tables=settings.tables_root)
+    if packages:
+        conf = merge_conf(conf, {"spark.jars.packages": ",".join(packages)})
+        conf.setdefault("spark.jars.ivy", str(settings.spark_ivy_dir.expanduser().resolve()))
+    return {**conf}

@@ -30,16 +30,17 @@ batch generation ``G`` and realtime segment based at ``B`` (``{G}`` below is a p
     lp:p:guard:{query}                        hash: (view, partition, chunk) -> last micro-batch id applied
     lp:p:plan:{query}                         "batch id:bases" of the micro-batch in flight (replays reuse it)
     lp:p:speed                                hash: the speed layer's heartbeat (``serving.store.heartbeat``)
+    lp:p:kafka                                hash: the Kafka ingest's status (``serving.store.ingest_status``)
     lp:p:epoch                                random marker of this Redis dataset (gone: Redis lost its data)
     lp:p:batch:...                            the batch-run registry (``serving.store.runs`` documents it)
 
-A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set) per
-window (``@`` and the window start in epoch seconds); a *field* (key, or key@ws) names one row.
+A *key* is the view's key values joined by ``|``. Windowed views keep one hash (and sorted set) per window (``@``
+and the window start in epoch seconds); a *field* (key, or key@ws) names one row.
 
-A row is one hash field holding all its parts (a read is one HGET), its distinct values exact up
-to ``EXACT_DISTINCT_MAX`` and a HyperLogLog above; sorted sets are built on first use
-(``serving.store.rankings``). Everything of generation G lives under ``lp:p:g:{G}:``, of segment
-B under ``lp:p:s:{B}:``: loaded beside what is served, dropped whole.
+A row is one hash field holding all its parts (a read is one HGET), its distinct values exact up to
+``EXACT_DISTINCT_MAX`` and a HyperLogLog above; sorted sets are built on first use (``serving.store.rankings``).
+Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``: loaded beside what is
+served, dropped whole.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ from dataclasses import dataclass, replace
 
 from shared_logic.views import View
 
-#: The Lua twins of the ``Keys`` names that scripts build per row (a script cannot ask Python); every
-#: script that names a view's keys starts with this. ``vp`` is a generation's or segment's view
-#: prefix (``lp:p:g:{G}:{view}`` / ``lp:p:s:{B}:{view}``); ``sfx`` a window suffix; ``field`` a row.
+#: The Lua twins of the ``Keys`` names that scripts build per row (a script cannot ask Python); every script that
+#: names a view's keys starts with this. ``vp`` is a generation's or segment's view prefix (``lp:p:g:{G}:{view}`` /
+#: ``lp:p:s:{B}:{view}``); ``sfx`` a window suffix; ``field`` a row.
 LUA_NAMES = """
 local function generation_meta(p, g) return p .. ':g:' .. g .. ':meta' end
 local function segment_meta(p, b) return p .. ':s:' .. b .. ':meta' end
@@ -216,6 +217,10 @@ class Keys:
     @property
     def speed(self) -> str:
         return f"{self.prefix}:speed"
+
+    @property
+    def kafka(self) -> str:
+        return f"{self.prefix}:kafka"
 
     @property
     def query_state_prefixes(self) -> tuple[str, ...]:

@@ -1,0 +1,234 @@
+"""Kafka into the master dataset, exactly once: Spark's own Kafka source, one master commit per micro-batch.
+
+The query reads one or more topics (names or a pattern) with Spark's Kafka source
+(``spark-sql-kafka-0-10``, only committed records of transactional producers) and, for each
+micro-batch, validates every record with the pipeline's event model (one JSON object per record,
+strictly, as HTTP ingest does), appends the valid ones to the master dataset in one commit and
+keeps the others as dead letters with their topic, partition and offset. A bad record never stops
+the query. The master stays the platform's clock: the speed and batch layers read it as ever.
+
+Exactly once: Spark writes a micro-batch's offset range to the query's checkpoint before running it,
+and after a crash replays that range under the same batch id. The master commit carries the Delta
+application transaction ``(kafka-ingest:<query id>, <batch id>)`` and so do the dead letters'; a
+batch a table already records is not written there again. A kill at any point (before, between or
+after the two commits, before the checkpoint records the batch done) therefore loses nothing and
+keeps nothing twice. The query id is the checkpoint's: a new checkpoint is a new query, which reads
+from its starting offsets.
+
+Event time: the payload's event-time field when it has one, else the record's Kafka timestamp,
+never the time of ingest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from batch_layer.errors import IngestError
+from batch_layer.faults import fault_point
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.dead_letters import DeadLetter, DeadLetters
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+#: Spark's Kafka source for the installed Spark (Scala 2.13), resolved from Maven Central into the Ivy cache.
+KAFKA_SOURCE_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+#: The columns of a Kafka record the ingest reads.
+_RECORD_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")
+
+
+def kafka_package() -> str:
+    """Maven coordinates of Spark's Kafka source at the installed pyspark's version."""
+    import pyspark
+
+    return f"{KAFKA_SOURCE_ARTIFACT}:{pyspark.__version__}"
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """What one ingest query reads: ``topics`` by name, or every topic matching ``pattern`` (a Java regex).
+
+    ``options`` are Kafka client settings passed through as ``kafka.<name>`` (security protocol, SASL...);
+    their values may be secrets: never log or show them.
+    """
+
+    bootstrap_servers: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = 100_000
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if bool(self.topics) == bool(self.pattern):
+            raise IngestError("a Kafka source reads topics by name or by a pattern: give exactly one of them")
+
+    @property
+    def described(self) -> str:
+        """Where it reads from, without any option value (safe to log)."""
+        what = f"pattern {self.pattern!r}" if self.pattern else "topics " + ", ".join(self.topics)
+        return f"{what} on {self.bootstrap_servers}"
+
+    def reader_options(self) -> dict[str, str]:
+        chosen = {"subscribePattern": self.pattern} if self.pattern else {"subscribe": ",".join(self.topics)}
+        options = {f"kafka.{name}": value for name, value in self.options.items()}
+        options.update({
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.isolation.level": "read_committed",
+            "startingOffsets": self.starting_offsets,
+            # Offsets that vanished (retention, a recreated topic) are skipped with Spark's warning: an input
+            # that lost data must not stop the platform; nothing of what is still there is lost.
+            "failOnDataLoss": "false",
+            "includeHeaders": "false",
+            **chosen,
+        })
+        if self.max_offsets_per_trigger:
+            options["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        return options
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one micro-batch did: records read, events appended (at ``version``), records dead-lettered;
+    ``replayed`` when the master already held it (a replay after a crash: nothing appended again)."""
+
+    batch_id: int
+    read: int
+    appended: int
+    dead: int
+    version: int | None
+    replayed: bool
+
+
+@dataclass
+class IngestTotals:
+    """Counts since this process started the query (thread-safe: updated by Spark's batch thread)."""
+
+    read: int = 0
+    appended: int = 0
+    dead: int = 0
+    batches: int = 0
+    last: BatchOutcome | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, outcome: BatchOutcome) -> None:
+        with self._lock:
+            self.read += outcome.read
+            self.appended += outcome.appended
+            self.dead += outcome.dead
+            self.batches += 1
+            self.last = outcome
+
+
+class MasterWriter:
+    """The ``foreachBatch`` function: one master commit (and one dead-letter commit) per micro-batch."""
+
+    def __init__(self, master: MasterDataset, dead_letters: DeadLetters, checkpoint: Path) -> None:
+        self.master, self.dead_letters, self.checkpoint = master, dead_letters, checkpoint
+        self.totals = IngestTotals()
+        self._app_id: str | None = None
+
+    @property
+    def app_id(self) -> str:
+        """``kafka-ingest:<query id>``: the query id Spark keeps in the checkpoint (``metadata``), written
+        before the first batch runs, the same across restarts from that checkpoint."""
+        if self._app_id is None:
+            try:
+                query_id = json.loads((self.checkpoint / "metadata").read_text())["id"]
+            except (OSError, ValueError, KeyError) as e:
+                raise IngestError(f"cannot read the Kafka ingest query's id from {self.checkpoint / 'metadata'}: {e}") from e
+            self._app_id = f"kafka-ingest:{query_id}"
+        return self._app_id
+
+    def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        outcome = self.write(frame.select(*_RECORD_COLUMNS).toArrow(), batch_id)
+        self.totals.add(outcome)
+
+    def write(self, records: pa.Table, batch_id: int) -> BatchOutcome:
+        """Validate ``records`` (Kafka's columns) and commit them as batch ``batch_id`` (idempotent)."""
+        self.master.ensure()
+        engine, path = self.master.engine, self.master.path
+        done = engine.transaction_version(path, self.app_id)
+        replayed = done is not None and done >= batch_id
+        rows = records.to_pydict()
+        values = rows["value"]
+        stamps = rows["timestamp"]
+        sorted_ = self.master.pipeline.schema.sort_json_records(list(zip(values, stamps, strict=True)))
+        version = None
+        fault_point("kafka-before-master")
+        if not replayed and sorted_.events.num_rows:
+            version = self.master.append(sorted_.events, app_id=self.app_id, app_version=batch_id,
+                                         metadata={"lambda.source": "kafka"})
+        fault_point("kafka-after-master")
+        letters = [DeadLetter.of_problems(values[i], "kafka", problems, topic=rows["topic"][i],
+                                          partition=rows["partition"][i], offset=rows["offset"][i])
+                   for i, problems in sorted_.refused]
+        self.dead_letters.append(letters, app_id=self.app_id, app_version=batch_id)
+        fault_point("kafka-after-letters")
+        outcome = BatchOutcome(batch_id, records.num_rows, 0 if replayed else sorted_.events.num_rows,
+                               len(letters), version, replayed)
+        log.info("kafka ingest of %s: micro-batch %d: %d records, %d events appended%s, %d dead letters%s",
+                 self.master.pipeline.name, batch_id, outcome.read, outcome.appended,
+                 f" at master version {version}" if version is not None else "", outcome.dead,
+                 " (a replay: the master already held it)" if replayed else "")
+        return outcome
+
+
+def start_ingest(spark: SparkSession, master: MasterDataset, dead_letters: DeadLetters, source: KafkaSource, *,
+                 checkpoint: Path, trigger_seconds: float) -> tuple[StreamingQuery, MasterWriter]:
+    """Start the ingest query of ``master``'s pipeline from ``source``; its offsets live in ``checkpoint``."""
+    master.ensure()
+    writer = MasterWriter(master, dead_letters, checkpoint)
+    reader = spark.readStream.format("kafka").options(**source.reader_options())
+    query = (reader.load().writeStream.foreachBatch(writer)
+             .queryName(f"kafka-ingest-{master.pipeline.name}")
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime=f"{trigger_seconds} seconds")
+             .start())
+    log.info("kafka ingest of %s started: %s, checkpoint %s", master.pipeline.name, source.described, checkpoint)
+    return query, writer
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int
+    newest: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.newest - self.committed)
+
+
+def partition_lags(progress: Mapping[str, Any] | None) -> list[PartitionLag]:
+    """Per-partition lag from a query progress: newest offset Kafka had minus the offset read through."""
+    if not progress:
+        return []
+    source = (progress.get("sources") or [{}])[0]
+    ended, newest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+    return [PartitionLag(topic, partition, ended.get((topic, partition), 0), head)
+            for (topic, partition), head in sorted(newest.items())]
+
+
+def _offsets(offsets: object) -> dict[tuple[str, int], int]:
+    if isinstance(offsets, str):
+        try:
+            offsets = json.loads(offsets)
+        except ValueError:
+            return {}
+    if not isinstance(offsets, dict):
+        return {}
+    return {(topic, int(partition)): int(offset) for topic, partitions in offsets.items()
+            if isinstance(partitions, dict) for partition, offset in partitions.items()}

@@ -1,0 +1,114 @@
+"""The Kafka ingest's micro-batch writer: valid records into the master once, bad ones into dead letters with their
+coordinates, a replayed batch kept once, event time from the payload or else the record's Kafka timestamp.
+
+Records are built as Spark's Kafka source hands them over (its columns, as Arrow); the writer's Spark side is
+exercised end to end, with a real broker, in ``tests/kafka/``. The oracle parses the records with ``json``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from batch_layer.errors import IngestError
+from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.dead_letters import DeadLetters
+from batch_layer.master.kafka_ingest import KafkaSource, MasterWriter, partition_lags
+from deploy.settings import Settings
+from shared_logic.registry import load_pipeline
+
+_KAFKA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+                    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
+_T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _records(values: list[bytes | None], topic: str = "words", first_offset: int = 0) -> pa.Table:
+    return pa.table({"value": values, "topic": [topic] * len(values), "partition": [i % 2 for i in range(len(values))],
+                     "offset": [first_offset + i for i in range(len(values))],
+                     "timestamp": [_T0 + timedelta(seconds=i) for i in range(len(values))]}, schema=_KAFKA)
+
+
+@pytest.fixture
+def writer(tmp_path: Path, make_settings: Any) -> MasterWriter:
+    settings: Settings = make_settings()
+    pipeline = load_pipeline("wordcount")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text(json.dumps({"id": "query-1"}))
+    return MasterWriter(MasterDataset.open(settings, pipeline), DeadLetters.open(settings, pipeline.name), checkpoint)
+
+
+def _master_rows(writer: MasterWriter) -> list[dict[str, Any]]:
+    rows = DeltaTable(str(writer.master.path)).to_pyarrow_table().to_pylist()
+    return sorted((r for r in rows if r["_kind"] == "event"), key=lambda r: (r["text"], r["event_time"]))
+
+
+def test_valid_records_go_to_the_master_and_bad_ones_to_dead_letters_with_their_coordinates(writer: MasterWriter) -> None:
+    values: list[bytes | None] = [
+        b'{"text": "hello world", "event_time": "2026-01-02T03:04:05Z"}',
+        b'{"text": "no time"}',
+        b'{"text": 5}',                       # wrong type
+        b"not json",
+        None,                                 # a tombstone
+        b'{"text": "caf\xe9"}',               # not UTF-8
+        b'{"text": "extra", "user": "x"}',    # unknown field
+    ]
+    outcome = writer.write(_records(values, first_offset=40), batch_id=0)
+
+    expected = sorted([{"text": "hello world", "event_time": datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)},
+                       {"text": "no time", "event_time": _T0 + timedelta(seconds=1)}],  # its Kafka timestamp
+                      key=lambda r: (r["text"], r["event_time"]))
+    assert [{k: r[k] for k in ("text", "event_time")} for r in _master_rows(writer)] == expected
+    letters = writer.dead_letters.page(limit=100).letters
+    assert sorted((letter["offset"], letter["partition"], letter["topic"], letter["source"]) for letter in letters) == [
+        (40 + i, i % 2, "words", "kafka") for i in (2, 3, 4, 5, 6)]
+    by_offset = {letter["offset"]: letter for letter in letters}
+    assert by_offset[42]["field"] == "text" and by_offset[42]["raw"] == '{"text": 5}'
+    assert "no value" in by_offset[44]["reason"]
+    assert by_offset[45]["raw"] == '{"text": "caf\\xe9"}'
+    assert by_offset[46]["field"] == "user"
+    assert (outcome.read, outcome.appended, outcome.dead, outcome.replayed) == (7, 2, 5, False)
+
+
+def test_a_replayed_batch_is_kept_once_in_the_master_and_in_the_dead_letters(writer: MasterWriter) -> None:
+    batch = _records([b'{"text": "a"}', b"bad", b'{"text": "b"}'])
+    writer.write(batch, batch_id=0)
+    replay = writer.write(batch, batch_id=0)
+    writer.write(_records([b'{"text": "c"}'], first_offset=3), batch_id=1)
+
+    assert replay.replayed and replay.appended == 0
+    assert [r["text"] for r in _master_rows(writer)] == ["a", "b", "c"]
+    assert writer.dead_letters.count() == 1
+
+
+def test_a_batch_of_dead_letters_only_is_kept_once_and_the_next_batch_still_lands(writer: MasterWriter) -> None:
+    writer.write(_records([b"bad 1", b"bad 2"]), batch_id=0)
+    writer.write(_records([b"bad 1", b"bad 2"]), batch_id=0)
+    writer.write(_records([b'{"text": "after"}'], first_offset=2), batch_id=1)
+
+    assert writer.dead_letters.count() == 2
+    assert [r["text"] for r in _master_rows(writer)] == ["after"]
+
+
+def test_a_source_reads_topics_or_a_pattern_and_passes_client_options_through() -> None:
+    source = KafkaSource("b:9092", topics=("a", "b"), options={"security.protocol": "SASL_SSL"})
+    options = source.reader_options()
+    assert options["subscribe"] == "a,b" and options["kafka.security.protocol"] == "SASL_SSL"
+    assert options["kafka.isolation.level"] == "read_committed" and options["maxOffsetsPerTrigger"] == "100000"
+    assert "SASL" not in repr(source) and "SASL" not in source.described
+    assert KafkaSource("b:9092", pattern="pay-.*").reader_options()["subscribePattern"] == "pay-.*"
+    with pytest.raises(IngestError, match="exactly one"):
+        KafkaSource("b:9092", topics=("a",), pattern="x")
+
+
+def test_lag_per_partition_is_the_newest_offset_minus_the_offset_read_through() -> None:
+    progress = {"sources": [{"endOffset": json.dumps({"t": {"0": 10, "1": 4}}),
+                             "latestOffset": json.dumps({"t": {"0": 12, "1": 4}})}]}
+    assert [(p.topic, p.partition, p.lag) for p in partition_lags(progress)] == [("t", 0, 2), ("t", 1, 0)]
+    assert partition_lags(None) == []
