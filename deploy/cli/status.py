@@ -32,6 +32,7 @@ from serving.store.connection import is_cluster, redis_client
 from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHeartbeat
+from serving.store.ingest_status import IngestStatusRecord
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
 from shared_logic.registry import load_pipeline
@@ -39,7 +40,10 @@ from shared_logic.registry import load_pipeline
 PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
 _TIMEOUT = 2.0
 #: The part each child of `up` runs (``deploy.supervision.launcher``).
-_CHILD_PARTS = {"redis": "redis", "api": "api", "speed": "speed layer", "scheduler": "scheduler"}
+_CHILD_PARTS = {"redis": "redis", "api": "api", "speed": "speed layer", "scheduler": "scheduler",
+                "kafka-ingest": "kafka ingest"}
+#: The Kafka ingest's part, shown when Kafka is configured.
+_KAFKA = "kafka ingest"
 
 
 @dataclass
@@ -121,11 +125,35 @@ def platform_status(settings: Settings, api_key: str | None = None) -> PlatformS
     else:
         try:
             _redis_parts(client, url, pipeline.name, latest, parts, pipeline.logic)
+            if settings.kafka_bootstrap is not None and parts["redis"].up:
+                parts[_KAFKA] = _kafka_ingest(client, Keys(pipeline.name))
         finally:
             client.close()
     parts["api"] = _api(settings, pipeline.name, api_key)
+    if settings.kafka_bootstrap is not None:
+        parts.setdefault(_KAFKA, Part(_KAFKA, False, "unknown: Redis is unreachable"))
     _supervised(settings, parts)
-    return PlatformStatus(pipeline.name, str(settings.data_dir.resolve()), [parts[name] for name in PARTS])
+    names = [*PARTS, _KAFKA] if _KAFKA in parts else PARTS
+    return PlatformStatus(pipeline.name, str(settings.data_dir.resolve()), [parts[name] for name in names])
+
+
+def _kafka_ingest(client: redis.Redis, keys: Keys) -> Part:
+    """The Kafka ingest's own record: alive, its counts since it started, its lag per partition."""
+    try:
+        status = IngestStatusRecord(client, keys.kafka).read()
+    except (redis.RedisError, OSError) as e:
+        return Part(_KAFKA, False, f"cannot read it from Redis: {e}")
+    if status is None:
+        return Part(_KAFKA, False, "not started yet: `up` runs it, or `lambda-platform kafka ingest`")
+    lags = {f"{p.topic}/{p.partition}": p.lag for p in status.lags}
+    part = Part(_KAFKA, status.alive() and status.state == "running",
+                f"{status.source}: read {status.read:,}, appended {status.appended:,}, dead letters {status.dead:,}, "
+                f"lag {status.lag:,} records" + ("" if status.alive() else " (no heartbeat: stopped)"),
+                {"read": status.read, "appended": status.appended, "dead_letters": status.dead, "lag": status.lag,
+                 "partition_lag": lags})
+    if status.state == "failed":
+        part.fail(status.last_error or "failed", last_error=status.last_error)
+    return part
 
 
 def _supervised(settings: Settings, parts: dict[str, Part]) -> None:

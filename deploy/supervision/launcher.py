@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -28,6 +29,7 @@ from rich.console import Console
 from batch_layer.master.dataset import MasterDataset, dump_jsonl
 from deploy.data_dir import private_dir, with_api_keys
 from deploy.demo.samples import SAMPLES, sample_events
+from deploy.errors import KafkaBrokerError
 from deploy.runtime.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, redis_user, wait_for_redis
 from deploy.runtime.signals import signals_held, stop_on_signals
 from deploy.settings import Settings
@@ -131,6 +133,9 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
             return False
 
     parts = [("api", ["serve"]), ("speed", ["speed", "run"]), ("scheduler", ["batch", "schedule"])]
+    if settings.kafka_bootstrap is not None:
+        _start_kafka_broker(supervisor, settings, env, logs, console)
+        parts.append(("kafka-ingest", ["kafka", "ingest"]))
     if generate_traffic:
         several = len(masters) > 1
         parts += [(f"generator-{master.pipeline.name}" if several else "generator", ["--pipeline", name, "generate"])
@@ -142,9 +147,28 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
     return True
 
 
+def _start_kafka_broker(supervisor: Supervisor, settings: Settings, env: dict[str, str], logs: Path,
+                        console: Console) -> None:
+    """LAMBDA_KAFKA_BOOTSTRAP_SERVERS=embedded: the local broker (unless one answers already), stopped with Redis."""
+    from deploy.runtime.kafka_broker import answers
+
+    bootstrap = settings.kafka_bootstrap
+    if not settings.kafka_embedded or bootstrap is None or answers(bootstrap):
+        return
+    broker = Child("kafka", [*_CLI, "kafka", "broker"], env, logs / "kafka.log", stop_last=True)
+    supervisor.children.append(broker)
+    broker.start()
+    with console.status(f"starting the embedded Kafka broker on {bootstrap} (the first time resolves its jars)"):
+        deadline = time.monotonic() + 300
+        while not answers(bootstrap):
+            if broker.process is None or broker.process.poll() is not None or time.monotonic() > deadline:
+                raise KafkaBrokerError(f"the embedded Kafka broker did not start: see {logs / 'kafka.log'}")
+            time.sleep(0.5)
+
+
 #: How the stop line names each part (a child's name, or its prefix before ``-<pipeline>``).
 _STOPPING = {"generator": "generator", "scheduler": "scheduler", "speed": "speed layer (after its micro-batch)",
-             "api": "API", "redis": "Redis"}
+             "api": "API", "redis": "Redis", "kafka": "Kafka broker", "kafka-ingest": "Kafka ingest"}
 
 
 def stopping(children: list[Child]) -> str:
@@ -208,9 +232,18 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
         f"  logs:       {logs}\n"
         f"  Redis:      {redis_url}\n"
         f"  status:     {command_hint()} --data-dir {settings.data_dir} --pipeline {settings.pipeline} status\n"
+        f"{_kafka_line(settings)}"
         "Ctrl-C stops everything.\n",
         soft_wrap=True,
     )
+
+
+def _kafka_line(settings: Settings) -> str:
+    if settings.kafka_bootstrap is None:
+        return ""
+    topics = "; ".join(f"{name}: {spec}" for name, spec in settings.kafka_topics.items())
+    return (f"  Kafka:      {topics} on {settings.kafka_bootstrap}; feed it with {command_hint()} --data-dir "
+            f"{settings.data_dir} kafka feed FILE.jsonl (or --demo 1000)\n")
 
 
 def _pipelines(settings: Settings) -> str:
