@@ -186,16 +186,19 @@ class MasterWriter:
 
 
 def start_ingest(spark: SparkSession, master: MasterDataset, dead_letters: DeadLetters, source: KafkaSource, *,
-                 checkpoint: Path, trigger_seconds: float) -> tuple[StreamingQuery, MasterWriter]:
-    """Start the ingest query of ``master``'s pipeline from ``source``; its offsets live in ``checkpoint``."""
+                 checkpoint: Path, trigger_seconds: float, available_now: bool = False
+                 ) -> tuple[StreamingQuery, MasterWriter]:
+    """Start the ingest query of ``master``'s pipeline from ``source``; its offsets live in ``checkpoint``.
+    ``available_now``: read what the topics hold now (in micro-batches of at most ``max_offsets_per_trigger``
+    records), then stop."""
     master.ensure()
     writer = MasterWriter(master, dead_letters, checkpoint)
     reader = spark.readStream.format("kafka").options(**source.reader_options())
-    query = (reader.load().writeStream.foreachBatch(writer)
-             .queryName(f"kafka-ingest-{master.pipeline.name}")
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime=f"{trigger_seconds} seconds")
-             .start())
+    stream = (reader.load().writeStream.foreachBatch(writer)
+              .queryName(f"kafka-ingest-{master.pipeline.name}")
+              .option("checkpointLocation", str(checkpoint)))
+    trigger = {"availableNow": True} if available_now else {"processingTime": f"{trigger_seconds} seconds"}
+    query = stream.trigger(**trigger).start()
     log.info("kafka ingest of %s started: %s, checkpoint %s", master.pipeline.name, source.described, checkpoint)
     return query, writer
 
