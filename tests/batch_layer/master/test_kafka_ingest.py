@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from batch_layer.errors import IngestError
+from batch_layer.faults import injected
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
 from batch_layer.master.kafka_ingest import KafkaSource, MasterWriter, partition_lags
@@ -85,6 +86,27 @@ def test_a_replayed_batch_is_kept_once_in_the_master_and_in_the_dead_letters(wri
     assert replay.replayed and replay.appended == 0
     assert [r["text"] for r in _master_rows(writer)] == ["a", "b", "c"]
     assert writer.dead_letters.count() == 1
+
+
+class _Crash(Exception):
+    """The process dying at a fault point (its effects so far stay; nothing after it runs)."""
+
+
+@pytest.mark.parametrize("point", ["kafka-before-master", "kafka-after-master", "kafka-after-letters"])
+def test_a_batch_cut_short_at_any_point_and_replayed_is_kept_once(writer: MasterWriter, point: str) -> None:
+    batch = _records([b'{"text": "a"}', b"bad", b'{"text": "b"}', b'{"text": 1}'])
+
+    def crash() -> None:
+        raise _Crash(point)
+
+    with injected(point, crash), pytest.raises(_Crash):
+        writer.write(batch, batch_id=0)
+    again = MasterWriter(writer.master, writer.dead_letters, writer.checkpoint)  # the restarted process's
+    again.write(batch, batch_id=0)  # Spark replays the batch under the same id
+    again.write(_records([b'{"text": "c"}'], first_offset=4), batch_id=1)
+
+    assert [r["text"] for r in _master_rows(writer)] == ["a", "b", "c"]
+    assert sorted(letter["offset"] for letter in writer.dead_letters.page().letters) == [1, 3]
 
 
 def test_a_batch_of_dead_letters_only_is_kept_once_and_the_next_batch_still_lands(writer: MasterWriter) -> None:
