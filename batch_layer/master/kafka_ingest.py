@@ -134,9 +134,10 @@ class IngestTotals:
 class MasterWriter:
     """The ``foreachBatch`` function: one master commit (and one dead-letter commit) per micro-batch."""
 
-    def __init__(self, master: MasterDataset, dead_letters: DeadLetters, checkpoint: Path) -> None:
+    def __init__(self, master: MasterDataset, dead_letters: DeadLetters, checkpoint: Path,
+                 totals: IngestTotals | None = None) -> None:
         self.master, self.dead_letters, self.checkpoint = master, dead_letters, checkpoint
-        self.totals = IngestTotals()
+        self.totals = totals if totals is not None else IngestTotals()
         self._app_id: str | None = None
 
     @property
@@ -186,13 +187,13 @@ class MasterWriter:
 
 
 def start_ingest(spark: SparkSession, master: MasterDataset, dead_letters: DeadLetters, source: KafkaSource, *,
-                 checkpoint: Path, trigger_seconds: float, available_now: bool = False
-                 ) -> tuple[StreamingQuery, MasterWriter]:
+                 checkpoint: Path, trigger_seconds: float, available_now: bool = False,
+                 totals: IngestTotals | None = None) -> tuple[StreamingQuery, MasterWriter]:
     """Start the ingest query of ``master``'s pipeline from ``source``; its offsets live in ``checkpoint``.
     ``available_now``: read what the topics hold now (in micro-batches of at most ``max_offsets_per_trigger``
-    records), then stop."""
+    records), then stop. ``totals``: counts to carry on (a query restarted in the same process)."""
     master.ensure()
-    writer = MasterWriter(master, dead_letters, checkpoint)
+    writer = MasterWriter(master, dead_letters, checkpoint, totals)
     reader = spark.readStream.format("kafka").options(**source.reader_options())
     stream = (reader.load().writeStream.foreachBatch(writer)
               .queryName(f"kafka-ingest-{master.pipeline.name}")

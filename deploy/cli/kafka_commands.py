@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,7 +62,8 @@ def ingest_topics(settings: Settings, args: argparse.Namespace) -> int:
     if settings.kafka_embedded and not answers(settings.kafka_bootstrap):
         raise ConfigError(f"the embedded Kafka broker does not answer on {settings.kafka_bootstrap}: start it "
                           "(`lambda-platform kafka broker`, or `up`, which runs it)")
-    return run_per_pipeline_app(settings, args, "kafka", "kafka ingest", run_kafka_ingest, packages=(kafka_package(),))
+    return run_per_pipeline_app(settings, args, "kafka-ingest", "kafka ingest", run_kafka_ingest,
+                                packages=(kafka_package(),))
 
 
 def feed_topic(settings: Settings, args: argparse.Namespace) -> int:
@@ -76,8 +78,9 @@ def feed_topic(settings: Settings, args: argparse.Namespace) -> int:
                           "LAMBDA_KAFKA_TOPICS (a pattern names no topic to produce to)")
     if bool(args.files) == (args.demo is not None):
         raise ConfigError("give either FILE... or --demo N")
+    # librdkafka's own lines (a retry while the broker elects a coordinator...) go to the log (-v), not the terminal
     producer = Producer({**settings.kafka_client_options(), "bootstrap.servers": bootstrap,
-                         "enable.idempotence": True, "linger.ms": 20})
+                         "enable.idempotence": True, "linger.ms": 20}, logger=logging.getLogger("librdkafka"))
     failures: list[str] = []
     sent = 0
     try:

@@ -4,11 +4,13 @@ The exactly-once protocol is ``batch_layer.master.kafka_ingest``'s; this loop st
 writes its status (``serving.store.ingest_status``) every second, and stops it on request. A stop
 in the middle of a micro-batch is safe: the batch is replayed from the checkpoint on the next start
 and the master keeps it once. A failure of the query is recorded in the status and raised; the
-supervisor (``up``) restarts the process, which resumes from the checkpoint.
+supervisor (``up``) restarts the process, which resumes from the checkpoint; a topic that does not
+exist yet is waited for (the status says so), in this process.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
-from batch_layer.master.kafka_ingest import KafkaSource, MasterWriter, partition_lags, start_ingest
+from batch_layer.master.kafka_ingest import IngestTotals, KafkaSource, MasterWriter, partition_lags, start_ingest
 from serving.store.connection import redis_client, store_keys
 from serving.store.ingest_status import IngestStatusRecord, PartitionLagRecord
 
@@ -33,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two status writes.
 _STATUS_EVERY = 1.0
+#: Kafka's error for a topic the broker does not have (matched in the text: the JVM's errors reach us as text).
+_MISSING_TOPIC = "UnknownTopicOrPartitionException"
+#: Seconds before a query that found a topic missing starts again.
+_RETRY_SECONDS = 5.0
 
 
 def kafka_source(settings: Settings) -> KafkaSource | None:
@@ -60,22 +66,38 @@ def run_kafka_ingest(spark: SparkSession, settings: Settings, pipeline: Pipeline
     master, dead = MasterDataset.open(settings, pipeline), DeadLetters.open(settings, pipeline.name)
     checkpoint = settings.kafka_checkpoint_path
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    query, writer = start_ingest(spark, master, dead, source, checkpoint=checkpoint,
-                                 trigger_seconds=settings.kafka_trigger_seconds)
+    totals = IngestTotals()
     try:
-        while not stop.is_set() and query.isActive:
-            _report(status, source, query, writer, "running")
-            stop.wait(_STATUS_EVERY)
-        if stop.is_set():
-            query.stop()  # safe at any point: a batch cut short is replayed, and kept once (see the module docstring)
-            _report(status, source, query, writer, "stopped")
-            return
-        error = query.exception()
-        if error is not None:
-            _best_effort(lambda: status.failed(str(error)))
+        while not stop.is_set():
+            query, writer = start_ingest(spark, master, dead, source, checkpoint=checkpoint,
+                                         trigger_seconds=settings.kafka_trigger_seconds, totals=totals)
+            error = _watch(query, writer, status, source, stop)
+            if error is None:
+                return
+            if _MISSING_TOPIC in error:  # a topic not created yet: wait for it, in this process
+                reason = f"waiting: a topic of {source.described} does not exist yet"
+                log.warning("kafka ingest of %s %s; trying again in %g s", pipeline.name, reason, _RETRY_SECONDS)
+                _report(status, source, query, writer, reason)
+                stop.wait(_RETRY_SECONDS)
+                continue
+            _best_effort(functools.partial(status.failed, error))
             raise RuntimeError(f"the Kafka ingest of {pipeline.name} failed: {error}") from None
     finally:
         client.close()
+
+
+def _watch(query: StreamingQuery, writer: MasterWriter, status: IngestStatusRecord, source: KafkaSource,
+           stop: threading.Event) -> str | None:
+    """Report until ``stop`` (then stop the query: None) or the query fails (its error's text)."""
+    while not stop.is_set() and query.isActive:
+        _report(status, source, query, writer, "running")
+        stop.wait(_STATUS_EVERY)
+    if stop.is_set():
+        query.stop()  # safe at any point: a batch cut short is replayed, and kept once (see the module docstring)
+        _report(status, source, query, writer, "stopped")
+        return None
+    error = query.exception()
+    return None if error is None else str(error)
 
 
 def _report(status: IngestStatusRecord, source: KafkaSource, query: StreamingQuery, writer: MasterWriter,

@@ -153,8 +153,16 @@ def _start_kafka_broker(supervisor: Supervisor, settings: Settings, env: dict[st
     from deploy.runtime.kafka_broker import answers
 
     bootstrap = settings.kafka_bootstrap
-    if not settings.kafka_embedded or bootstrap is None or answers(bootstrap):
+    if not settings.kafka_embedded or bootstrap is None:
         return
+    if not answers(bootstrap):
+        _run_broker(supervisor, bootstrap, env, logs, console)
+    _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
+
+
+def _run_broker(supervisor: Supervisor, bootstrap: str, env: dict[str, str], logs: Path, console: Console) -> None:
+    from deploy.runtime.kafka_broker import answers
+
     broker = Child("kafka", [*_CLI, "kafka", "broker"], env, logs / "kafka.log", stop_last=True)
     supervisor.children.append(broker)
     broker.start()
@@ -164,6 +172,19 @@ def _start_kafka_broker(supervisor: Supervisor, settings: Settings, env: dict[st
             if broker.process is None or broker.process.poll() is not None or time.monotonic() > deadline:
                 raise KafkaBrokerError(f"the embedded Kafka broker did not start: see {logs / 'kafka.log'}")
             time.sleep(0.5)
+
+
+def _create_topics(bootstrap: str, topics: list[str], partitions: int = 2) -> None:
+    """The embedded broker gets the configured topics (those it lacks), so `kafka feed` and the ingest find them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    missing = sorted(set(topics) - set(admin.list_topics(timeout=30).topics))
+    if missing:
+        futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1) for t in missing])
+        for topic, future in futures.items():
+            future.result(30)
+            log.info("embedded Kafka broker: created topic %s (%d partitions)", topic, partitions)
 
 
 #: How the stop line names each part (a child's name, or its prefix before ``-<pipeline>``).
