@@ -78,9 +78,10 @@ def feed_topic(settings: Settings, args: argparse.Namespace) -> int:
                           "LAMBDA_KAFKA_TOPICS (a pattern names no topic to produce to)")
     if bool(args.files) == (args.demo is not None):
         raise ConfigError("give either FILE... or --demo N")
-    # librdkafka's own lines (a retry while the broker elects a coordinator...) go to the log (-v), not the terminal
+    # librdkafka's own lines (a retry while a fresh broker loads its coordinator...): errors only, all with -v
     producer = Producer({**settings.kafka_client_options(), "bootstrap.servers": bootstrap,
-                         "enable.idempotence": True, "linger.ms": 20}, logger=logging.getLogger("librdkafka"))
+                         "enable.idempotence": True, "linger.ms": 20, "log_level": 7 if args.verbose else 3},
+                        logger=logging.getLogger("librdkafka"))
     failures: list[str] = []
     sent = 0
     try:

@@ -56,7 +56,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -82,72 +82,14 @@ from deploy.settings import Settings
 from shared_logic import Pipeline, load_pipeline
 from shared_logic.registry import BUILTIN_PIPELINES
 from tests.support import free_port
+from tests.support.readme import Block, Command, bash_blocks, commands, readme_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
 #: Variables a reader's shell has before any README command.
 SHELL_VARIABLES = {"HOME", "PATH", "PWD", "USER"}
 
 
-# --- the README, parsed ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Block:
-    """A fenced code block: the nearest heading above it (## or ###), its language and text."""
-
-    section: str
-    language: str
-    text: str
-
-
-@dataclass(frozen=True)
-class Command:
-    """One shell command of a block, continuation lines joined, and the comment lines right after it."""
-
-    block: Block
-    text: str
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def words(self) -> str:
-        """The command's words, unquoted, without its trailing comment: what rules match."""
-        return " ".join(shlex.split(self.text, comments=True))
-
-
-def readme_blocks() -> list[Block]:
-    blocks, section = [], ""
-    lines = README.read_text().splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        fence = re.match(r"```(\w*)\s*$", lines[i])
-        if fence:
-            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-            blocks.append(Block(section, fence.group(1), "".join(lines[i + 1:end])))
-            i = end + 1
-            continue
-        heading = re.match(r"#{2,3} (.+)", lines[i])
-        if heading:
-            section = heading.group(1).strip()
-        i += 1
-    return blocks
-
-
-def bash_blocks(section: str | None = None) -> list[Block]:
-    return [b for b in readme_blocks() if b.language == "bash" and section in (None, b.section)]
-
-
-def commands(block: Block) -> list[Command]:
-    found: list[Command] = []
-    for line in block.text.replace("\\\n", " ").splitlines():
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("#"):
-            if found:
-                found[-1] = Command(block, found[-1].text, (*found[-1].notes, line.strip()))
-            continue
-        found.append(Command(block, line.strip()))
-    return found
-
-
+# --- the README, parsed (tests/support/readme.py) --------------------------------------------
 def all_commands() -> list[Command]:
     return [c for b in bash_blocks() for c in commands(b)]
 
@@ -244,6 +186,14 @@ RULES = (
          "test_packed_environment_block", "checked: the folder is the one the settings name; not run"),
     Rule("Code on the executors", r"export LAMBDA_SPARK_(ARCHIVES|EXECUTOR_PYTHON)=.*", "test_packed_environment_block",
          "checked: settings validate and name the archive and its Python"),
+    Rule("Events from Kafka", r"export LAMBDA_KAFKA_BOOTSTRAP_SERVERS=embedded LAMBDA_KAFKA_TOPICS=words",
+         "test_kafka_block", "checked: the settings validate; tests/deploy/supervision/test_up.py starts its `up` "
+                             "with them (read from this line)"),
+    Rule("Events from Kafka", r"\.venv/bin/lambda-platform up", "test_kafka_block",
+         "checked: parses; that `up` (with --no-generate) is tests/deploy/supervision/test_up.py's"),
+    Rule("Events from Kafka", r"\.venv/bin/lambda-platform (kafka feed --demo 1000|kafka feed events\.jsonl|status)",
+         "test_kafka_block", "run as written by tests/deploy/supervision/test_up.py against its `up`, the embedded "
+                             "broker's ingest checked against an oracle"),
     Rule("Compose and Kubernetes", r"docker build -f deploy/Dockerfile -t lambda-platform:[\w.]+ \.",
          "test_compose_block", "checked: the Dockerfile exists, the tag is the project's version and compose's image"),
     Rule("Compose and Kubernetes", r"LAMBDA_API_KEYS=.* docker compose -f deploy/compose\.yaml --profile spark up -d",
@@ -579,6 +529,13 @@ def test_packed_environment_block() -> None:
     assert f"-o {archive}" in text and f"tar -xzf {archive} -C {folder}" in text, text
     assert settings.spark_executor_python == f"./{folder}/bin/python"
     assert re.search(r"^\[project\]$", (ROOT / "pyproject.toml").read_text(), re.M)  # `pip install .` installs it
+
+
+def test_kafka_block() -> None:
+    [block] = bash_blocks("Events from Kafka")
+    settings = _settings_of(_lambda_variables(block), "Events from Kafka")
+    assert settings.kafka_embedded and settings.kafka_topics_of(settings.pipeline) == (("words",), None)
+    assert "Events from Kafka" in (ROOT / "tests" / "deploy" / "supervision" / "test_up.py").read_text()
 
 
 def test_compose_block() -> None:

@@ -25,18 +25,30 @@ from deploy.settings import load_settings
 from tests.support import free_port
 from tests.support.browser import field, load, raw, values
 from tests.support.platform import KEY, stop_up, wait_up
+from tests.support.readme import bash_blocks, commands
 from tests.support.speed import assert_exact, wait_caught_up
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
 
-def _start(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+_KAFKA = "Events from Kafka"
+
+
+def _environment(data_dir: Path, port: int) -> dict[str, str]:
+    """The platform's settings: the test's, and the README's Kafka section's (its `export` line, as written)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
+    [export] = [c for c in commands(bash_blocks(_KAFKA)[0]) if c.words.startswith("export ")]
+    env.update(word.split("=", 1) for word in export.words.split()[1:])
     env.update({
         "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_HTTP_PORT": str(port), "LAMBDA_PIPELINE": "wordcount",
         "LAMBDA_API_KEYS": json.dumps({KEY: ["read", "ingest", "admin"]}), "LAMBDA_BATCH_SCHEDULE": "1h",
         "LAMBDA_SPARK_MASTER": "local[2]", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "2", "LAMBDA_SPEED_TRIGGER_SECONDS": "0.5",
+        "LAMBDA_KAFKA_EMBEDDED_PORT": str(free_port()),
     })
+    return env
+
+
+def _start(env: dict[str, str], data_dir: Path) -> subprocess.Popen[bytes]:
     log = (data_dir.parent / "up.log").open("ab")
     return subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "--no-generate"], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
@@ -78,13 +90,34 @@ def _console_shows_the_platform(browser: Any, base: str, run_id: str, artifacts:
     browser.save_screenshot(str(artifacts / "up-runs.png"))
 
 
+def _kafka_section_as_written(folder: Path, env: dict[str, str], http: httpx.Client) -> None:
+    """The README's Kafka commands after its `up`, run as written from a folder holding the project's `.venv`
+    (a file of two events and a bad line for `kafka feed events.jsonl`): the demo's and the file's valid events
+    reach the merged answer through the embedded broker, the bad line becomes a dead letter, `status` says so."""
+    folder.mkdir()
+    (folder / ".venv").symlink_to(Path(sys.prefix))
+    (folder / "events.jsonl").write_text('{"text": "gnu kafkaword"}\nnot json\n{"text": "gnu"}\n')
+    runs = [c for c in commands(bash_blocks(_KAFKA)[0]) if not c.words.startswith("export ") and " up" not in c.words]
+    feeds, [status] = runs[:-1], runs[-1:]
+    assert [c.words.split()[1:3] for c in feeds] == [["kafka", "feed"]] * 2
+    for command in feeds:
+        done = subprocess.run(["bash", "-c", command.text], cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and "produced" in done.stderr and "WARN" not in done.stderr, done.stderr
+    wait_up(lambda: _count(http, "gnu") == 2 and _count(http, "kafkaword") == 1, "the Kafka events' answers", 240)
+    said = " ".join(subprocess.run(["bash", "-c", status.text], cwd=folder, env=env, capture_output=True, text=True,
+                                   timeout=120).stdout.split())
+    assert "kafka ingest" in said and "appended 1,002, dead letters 1, lag 0 records" in said, said
+
+
 def test_up_ingest_recompute_console(tmp_path: Path, browser: Any, artifacts: Path) -> None:
     data_dir, port = tmp_path / "data", free_port()
     base = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {KEY}"}
     settings = load_settings(data_dir=data_dir, pipeline="wordcount", http_port=port,
                              redis_url=f"unix://{data_dir.resolve() / 'redis' / 'redis.sock'}")
-    process = _start(data_dir, port)
+    env = _environment(data_dir, port)
+    process = _start(env, data_dir)
     try:
         with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
             wait_up(lambda: http.get("/readyz").status_code == 200, "the platform to be ready")
@@ -102,6 +135,7 @@ def test_up_ingest_recompute_console(tmp_path: Path, browser: Any, artifacts: Pa
             assert http.get(f"/v1/batch/runs/{run_id}").json()["status"] == "succeeded"
             assert {w: _count(http, w) for w in before} == before, "answers changed across the generation flip"
             assert _count(http, "zebra") == 3 and acknowledged == 3
+            _kafka_section_as_written(tmp_path / "newcomer", env, http)
         version = wait_caught_up(settings)
         assert assert_exact(base, settings, version) > 20
         _console_shows_the_platform(browser, base, run_id, artifacts)
