@@ -15,6 +15,10 @@ Guarantees:
 * When a file fails, the files before it stay committed: the error raised is the file's own
   (EventValidationError, IngestError), and ``progress.failed`` is told which files were committed
   (with their versions) and which were not, so a re-run can name only the files not written.
+* With dead letters (``backfill(..., dead_letters=...)``) a bad line or row no longer stops its file:
+  each file's valid records are committed and its bad ones kept as dead letters (see
+  ``MasterDataset.ingest_file``), with source 'file' when ``paths`` is one file, else 'backfill'.
+  Problems of a file's structure still stop the backfill as above.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from shared_logic.events import EventSchema
 
 if TYPE_CHECKING:
     from batch_layer.master.dataset import IngestResult, MasterDataset
+    from batch_layer.master.dead_letters import DeadLetters
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class FileIngested:
     source: SourceFile
     events: int
     version: int
+    #: Its bad lines or rows kept as dead letters (a backfill with dead letters; else 0).
+    dead_letters: int = 0
 
 
 class BackfillProgress(Protocol):
@@ -60,20 +67,22 @@ class BackfillProgress(Protocol):
 
 
 def backfill(master: MasterDataset, paths: Sequence[Path], *, file_format: str | None = None,
-             progress: BackfillProgress | None = None) -> list[FileIngested]:
+             progress: BackfillProgress | None = None, dead_letters: DeadLetters | None = None) -> list[FileIngested]:
     """Ingest the files ``paths`` name, one commit per file, in order (see the module docstring)."""
     files = checked_files(paths, master.pipeline.schema, file_format)
+    letter_source = "file" if len(paths) == 1 and paths[0].is_file() else "backfill"
     if progress is not None:
         progress.planned(files, sum(s.path.stat().st_size for s in files))
     done: list[FileIngested] = []
     for i, source in enumerate(files):
         try:
-            result: IngestResult = master.ingest_file(source, on_rows=progress.rows if progress else None)
+            result: IngestResult = master.ingest_file(source, on_rows=progress.rows if progress else None,
+                                                      dead_letters=dead_letters, letter_source=letter_source)
         except Exception as e:
             if progress is not None:
                 progress.failed(source, e, list(done), files[i:])
             raise
-        done.append(FileIngested(source, result.events, result.version))
+        done.append(FileIngested(source, result.events, result.version, result.dead_letters))
         if progress is not None:
             progress.committed(done[-1])
     return done

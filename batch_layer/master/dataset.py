@@ -9,6 +9,7 @@ recomputes; barrier rows never reach a view.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -20,9 +21,11 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import EmptyMasterError, IngestError
+from batch_layer.master.dead_letters import DeadLetter, DeadLetters, DeadLetterWriteError
 from batch_layer.master.delta_log import LogTrim, read_commit, trim_log
 from batch_layer.master.engines import get_engine
 from batch_layer.master.file_formats import SourceFile, source_files, validated_chunks
+from batch_layer.master.file_sorting import sorted_chunks
 from batch_layer.master.object_store import Location
 from batch_layer.master.schema_evolution import SchemaEvolution, plan_evolution
 from batch_layer.master.storage import Appender, CompactionResult, SparkStorage, StorageEngine
@@ -42,10 +45,12 @@ INGEST_CHUNK_LINES = 100_000
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What an ingest committed: how many events, at which master version."""
+    """What an ingest committed: how many events, at which master version (and how many dead letters)."""
 
     events: int
     version: int
+    #: Bad lines or rows kept as dead letters (ingest with dead letters; else 0).
+    dead_letters: int = 0
 
 
 class MasterConfig(Protocol):
@@ -188,18 +193,34 @@ class MasterDataset:
         rows = self.engine.snapshot(spark, self.path, version, self.schema)
         return rows.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
 
-    def ingest_file(self, file: Path | SourceFile, *, on_rows: Callable[[int], None] | None = None) -> IngestResult:
+    def ingest_file(self, file: Path | SourceFile, *, on_rows: Callable[[int], None] | None = None,
+                    dead_letters: DeadLetters | None = None, letter_source: str = "file") -> IngestResult:
         """Append an event file (JSON Lines, CSV or Parquet: ``file_formats``) as one commit: all of it,
         or (on any bad line or row) none of it.
 
         A path's format comes from its extension. The file is validated and converted in chunks, so its
         size is bounded by disk, not memory. Every problem is reported with its line (or row) number and
         field (EventValidationError). ``on_rows`` is told how many events each validated chunk held.
+
+        With ``dead_letters`` a bad line or row no longer stops the file: its valid records are committed
+        (one commit; none when it has none) and then each bad one is kept in ``dead_letters`` (one
+        commit) with its raw text, the file, its line (or row) number, the first field at fault and every
+        problem, source ``letter_source`` ('file' or 'backfill'); ``IngestResult.dead_letters`` counts
+        them. Problems of the file's structure (a CSV header, a Parquet schema, text that is not UTF-8)
+        still refuse all of it. The master commit comes first: if it fails nothing is kept; if keeping the
+        letters fails after it, DeadLetterWriteError says the events are committed and lists the bad
+        records. Letters are held in memory until then. A rerun of the same file appends its valid
+        records again (a file ingest is no more idempotent with the option than without) and keeps no
+        second copy of a letter already kept (the same file, line and text: the same id). On the
+        delta-spark engine the file is then validated in this process, as on delta-rs (Spark's bulk path
+        knows all or nothing only), and appended through the engine in one commit.
         """
         source = file if isinstance(file, SourceFile) else source_files([file])[0]
         if not source.path.is_file():
             raise IngestError(f"cannot ingest {source.path}: no such file")
         metadata = {"lambda.source": source.path.name}
+        if dead_letters is not None:
+            return self._ingest_sorting(source, metadata, _Counter(on_rows=on_rows), dead_letters, letter_source)
         if isinstance(self.engine, SparkStorage):  # read, validated and appended by Spark (None: no Spark here)
             self.ensure()
             bulk = self.engine.ingest_events_file(self.path, source.path, source.format, self.pipeline.schema,
@@ -211,16 +232,52 @@ class MasterDataset:
                 return IngestResult(bulk.events, bulk.version)
         counter = _Counter(on_rows=on_rows)
         batches = self._validated_batches(source, counter)
-        reader = pa.RecordBatchReader.from_batches(self.schema, batches)
+        version = self._append_counted(pa.RecordBatchReader.from_batches(self.schema, batches), counter, metadata)
+        log.info("ingested %d events from %s at master version %d", counter.events, source.path, version)
+        return IngestResult(counter.events, version)
+
+    def _append_counted(self, reader: pa.RecordBatchReader, counter: _Counter, metadata: dict[str, str]) -> int:
         try:
-            version = self.append(reader, metadata=metadata)
+            return self.append(reader, metadata=metadata)
         except Exception:
             # delta-rs wraps what the batch generator raised; hand back the original, typed error.
             if counter.error is not None:
                 raise counter.error from None
             raise
-        log.info("ingested %d events from %s at master version %d", counter.events, source.path, version)
-        return IngestResult(counter.events, version)
+
+    def _ingest_sorting(self, source: SourceFile, metadata: dict[str, str], counter: _Counter,
+                        dead_letters: DeadLetters, letter_source: str) -> IngestResult:
+        """``ingest_file`` with dead letters: the valid records in one master commit, then the letters."""
+        letters: list[DeadLetter] = []
+        where = str(source.path.resolve())
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            try:
+                for chunk in sorted_chunks(source, self.pipeline.schema, chunk_rows=INGEST_CHUNK_LINES):
+                    letters.extend(DeadLetter.of_problems(r.raw, letter_source, r.problems, file=where, line=r.number)
+                                   for r in chunk.refused)
+                    if chunk.events.num_rows:
+                        counter.add(chunk.events.num_rows)
+                        yield from chunk.events.to_batches()
+            except Exception as e:
+                counter.error = e
+                raise
+
+        stream = batches()
+        first = next(stream, None)  # a file of bad records only commits nothing to the master
+        if first is None:
+            self.ensure()
+            version = self.latest_version()
+        else:
+            reader = pa.RecordBatchReader.from_batches(self.schema, itertools.chain([first], stream))
+            version = self._append_counted(reader, counter, metadata)
+        try:
+            dead_letters.keep(letters)
+        except Exception as e:
+            raise DeadLetterWriteError(source.path, counter.events, version, letters, e) from e
+        log.info("ingested %d events from %s at master version %d; %d bad record(s) kept as dead letters",
+                 counter.events, source.path, version, len(letters))
+        return IngestResult(counter.events, version, len(letters))
 
     def _validated_batches(self, source: SourceFile, counter: _Counter) -> Iterator[pa.RecordBatch]:
         """Yield validated chunks; after a bad chunk keep checking the rest, then raise (commit never happens)."""

@@ -13,20 +13,22 @@ raises for the content of a letter: a dead-letter path must not become a second 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
-import dataclasses
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from batch_layer.errors import StorageError
-from batch_layer.master.delta_log import open_table
+from batch_layer.master.delta_log import LogHead, open_table
 from batch_layer.master.engines import get_engine
 from batch_layer.master.object_store import Location
 from batch_layer.master.storage import CommitConflictError, StorageEngine
@@ -102,6 +104,7 @@ def raw_text(raw: str | bytes | None) -> str:
     return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [cut: {len(text)} characters]"
 
 
+@runtime_checkable
 class DeadLetterConfig(Protocol):
     """Where a pipeline's dead-letter table lives and which engine writes it."""
 
@@ -125,6 +128,7 @@ class DeadLetters:
 
     def __init__(self, path: Location, pipeline: str, engine: StorageEngine) -> None:
         self.path, self.pipeline, self.engine = path, pipeline, engine
+        self._counting = _Counts(path)
 
     @classmethod
     def open(cls, config: DeadLetterConfig, pipeline: str) -> DeadLetters:
@@ -149,6 +153,20 @@ class DeadLetters:
                     self.pipeline, version, letters[0].reason[:200])
         return version
 
+    def keep(self, letters: Sequence[DeadLetter]) -> int | None:
+        """Keep, in one commit, the letters not kept yet: a letter whose id the table holds already (the
+        same record refused at the same place, by a rerun of the same file) is not kept twice. Its
+        version, or None when there was nothing new to keep."""
+        unique = list({letter.id: letter for letter in letters}.values())
+        if not unique:
+            return None
+        known = set(self._read(ids=[letter.id for letter in unique], columns=["id"])["id"].to_pylist())
+        return self.append([letter for letter in unique if letter.id not in known])
+
+    def counts(self) -> dict[str, int]:
+        """Letters per source, cheaply enough for every metrics scrape (see ``_Counts``)."""
+        return self._counting.read()
+
     def recorded(self, app_id: str) -> int:
         """The newest version of application transaction ``app_id`` recorded here (-1: none)."""
         if self.engine.latest_version(self.path) is None:
@@ -160,23 +178,83 @@ class DeadLetters:
         return self.page(limit=0).total
 
     def page(self, *, source: str | None = None, reason: str | None = None, offset: int = 0,
-             limit: int = 100) -> DeadLetterPage:
-        """Letters oldest first, filtered by ``source`` (exact) and ``reason`` (case-insensitive
-        substring), ``limit`` from ``offset``."""
+             limit: int = 100, newest_first: bool = False) -> DeadLetterPage:
+        """Letters oldest first (newest first with ``newest_first``), filtered by ``source`` (exact) and
+        ``reason`` (case-insensitive substring), ``limit`` from ``offset``."""
         table = self._read()
         keep = _matching(table, source, reason)
         if keep is not None:
             table = table.filter(keep)
-        table = table.sort_by([("dead_at", "ascending")])
+        table = table.sort_by([("dead_at", "descending" if newest_first else "ascending"), ("id", "ascending")])
         return DeadLetterPage(table.slice(offset, limit).to_pylist() if limit else [], table.num_rows)
 
-    def _read(self) -> pa.Table:
+    def select(self, *, ids: Sequence[str] | None = None, source: str | None = None,
+               reason: str | None = None) -> list[dict[str, object]]:
+        """Every letter with one of ``ids`` (all letters: None), of ``source``, whose reason holds ``reason``,
+        oldest first (what ``dead-letters replay`` replays)."""
+        table = self._read(ids=ids)
+        keep = _matching(table, source, reason)
+        if keep is not None:
+            table = table.filter(keep)
+        return table.sort_by([("dead_at", "ascending"), ("id", "ascending")]).to_pylist()
+
+    def _read(self, *, ids: Sequence[str] | None = None, columns: list[str] | None = None) -> pa.Table:
         if self.engine.latest_version(self.path) is None:
-            return SCHEMA.empty_table()
+            empty = SCHEMA.empty_table()
+            return empty.select(columns) if columns else empty
         try:
-            return open_table(self.path).to_pyarrow_table()
+            dataset = open_table(self.path).to_pyarrow_dataset()
+            found = dataset.to_table(columns=columns, filter=None if ids is None else pc.field("id").isin(list(ids)))
         except Exception as e:  # delta-rs raises several kinds for an unreadable table
             raise StorageError(f"cannot read the dead letters of pipeline {self.pipeline} at {self.path}: {e}") from e
+        return found if columns else found.cast(SCHEMA)
+
+
+class _Counts:
+    """A dead-letter table's letters per source, kept up to date cheaply: while the table's version is
+    unchanged a call reads only the log's new commits (``LogHead``); after a new version, only the
+    ``source`` column of the data files added since the last count (the table is append-only; should a
+    counted file be gone, after a compaction say, everything is counted again). Thread-safe."""
+
+    def __init__(self, path: Location) -> None:
+        self.path = path
+        self._head = LogHead(path)
+        self._lock = threading.Lock()
+        self._version: int | None = None
+        self._files: set[str] = set()
+        self._counts: Counter[str] = Counter()
+
+    def read(self) -> dict[str, int]:
+        with self._lock:
+            version = self._head.version()
+            if version is None:
+                return {}
+            if version != self._version:
+                fragments = {f.path: f for f in open_table(self.path, version).to_pyarrow_dataset().get_fragments()}
+                if not self._files <= fragments.keys():
+                    self._files, self._counts = set(), Counter()
+                for name, fragment in fragments.items():
+                    if name not in self._files:
+                        for item in pc.value_counts(fragment.to_table(columns=["source"])["source"]).to_pylist():
+                            self._counts[str(item["values"])] += int(item["counts"])
+                        self._files.add(name)
+                self._version = version
+            return dict(self._counts)
+
+
+class DeadLetterWriteError(StorageError):
+    """An ingest committed a file's valid records to the master dataset, then failed to keep its bad
+    records as dead letters: the message says where the events are and lists every bad record (do not
+    ingest the file again: its valid records would be appended twice)."""
+
+    def __init__(self, file: object, events: int, version: int, letters: Sequence[DeadLetter],
+                 error: Exception) -> None:
+        shown = "\n  ".join(f"line {letter.line}: {letter.reason}" for letter in letters[:20])
+        more = f"\n  ... and {len(letters) - 20} more" if len(letters) > 20 else ""
+        super().__init__(f"{events} valid events of {file} were committed at master version {version}, but its "
+                         f"{len(letters)} bad record(s) could not be kept as dead letters ({error}); do not ingest "
+                         f"the file again (its valid events would be appended twice). The bad records:\n  "
+                         f"{shown}{more}")
 
 
 def _matching(table: pa.Table, source: str | None, reason: str | None) -> pa.ChunkedArray | None:

@@ -14,7 +14,8 @@ Guarantees:
   caller can check a whole file and write nothing of it when any chunk failed. Every chunk goes
   through the pipeline's ``EventSchema``: JSON strictly (``validate_json_lines``), CSV text coerced
   to the field types, Parquet values strictly (``validate_records``). Memory is bounded by the
-  chunk size.
+  chunk size.  ``file_sorting`` reads through the same functions to keep the valid records of a chunk and set
+  the bad ones aside (ingest with dead letters).
 * CSV: the first line is the header; problems name the record's first line (1-based, the header
   is line 1) and the field. An empty cell is an absent field (its default, or "Field required").
   Blank lines are skipped. Parquet: problems name the row (1-based, in file order). Timestamps of
@@ -131,7 +132,8 @@ def validated_chunks(source: SourceFile, schema: EventSchema, *, chunk_rows: int
             except EventValidationError as e:
                 yield e
     elif source.format == "csv":
-        for items in _csv_records(source.path, schema, chunk_rows):
+        for pairs in csv_records(source.path, schema, chunk_rows):
+            items = [item for item, _ in pairs]
             chunk = validate([r for r in items if not isinstance(r, EventProblem)], strict=False)
             unparsed = [p for p in items if isinstance(p, EventProblem)]
             if unparsed:
@@ -139,7 +141,7 @@ def validated_chunks(source: SourceFile, schema: EventSchema, *, chunk_rows: int
                 chunk = EventValidationError(sorted(found, key=lambda p: int(p.location.split()[1])), name)
             yield chunk
     else:
-        for records in _parquet_records(source.path, schema, chunk_rows):
+        for records in parquet_records(source.path, schema, chunk_rows):
             yield validate(records, strict=True)
 
 
@@ -186,18 +188,29 @@ def _required(schema: EventSchema) -> list[str]:
     return [n for n, f in schema.model.model_fields.items() if f.is_required()]
 
 
-def _csv_records(file: Path, schema: EventSchema, chunk_rows: int) -> Iterator[list[Record | EventProblem]]:
+def csv_records(file: Path, schema: EventSchema, chunk_rows: int, *, keep_text: bool = False
+                ) -> Iterator[list[tuple[Record | EventProblem, str | None]]]:
     """Chunks of (``line N``, {column: cell}) with empty cells left out, N the record's first line, or of the
-    problem of a record that is not a row of the header's columns."""
+    problem of a record that is not a row of the header's columns; each with, when ``keep_text``, the text
+    of the header line and of the record's lines as in the file (a record readable on its own), else None."""
+    lines: list[str] = []
+
+    def recorded(fh: Any) -> Iterator[str]:
+        for line in fh:
+            lines.append(line)
+            yield line
+
     try:
         with _open_text(file) as fh:
-            reader = csv.reader(fh, strict=True)
+            reader = csv.reader(recorded(fh) if keep_text else fh, strict=True)
             header = _csv_header(next(reader, []), schema, str(file))
-            chunk: list[Record | EventProblem] = []
+            head = "".join(lines)
+            chunk: list[tuple[Record | EventProblem, str | None]] = []
             end = reader.line_num
             while True:
                 start = end + 1
                 problem: EventProblem | None = None
+                lines.clear()
                 try:
                     row = next(reader, None)
                 except csv.Error as e:
@@ -208,10 +221,11 @@ def _csv_records(file: Path, schema: EventSchema, chunk_rows: int) -> Iterator[l
                 if row and len(row) != len(header):
                     problem = EventProblem(f"line {start}", "(record)",
                                            f"has {len(row)} cells, the header has {len(header)}")
+                text = (head + "".join(lines)).rstrip("\r\n") if keep_text else None
                 if problem is not None:
-                    chunk.append(problem)
+                    chunk.append((problem, text))
                 elif row:  # else a blank line
-                    chunk.append((f"line {start}", {c: v for c, v in zip(header, row) if v != ""}))
+                    chunk.append(((f"line {start}", {c: v for c, v in zip(header, row) if v != ""}), text))
                 if len(chunk) >= chunk_rows:
                     yield chunk
                     chunk = []
@@ -262,7 +276,7 @@ def _parquet_columns(columns: pa.Schema, schema: EventSchema, source: str) -> li
     return columns.names
 
 
-def _parquet_records(file: Path, schema: EventSchema, chunk_rows: int, *, row_groups: Sequence[int] | None = None,
+def parquet_records(file: Path, schema: EventSchema, chunk_rows: int, *, row_groups: Sequence[int] | None = None,
                      first_row: int = 0) -> Iterator[list[Record]]:
     """Chunks of (``row N``, {column: value}), N counted from 1 in file order; ``row_groups``: only
     those (consecutive, the first starting at row ``first_row`` from 0)."""
@@ -299,7 +313,7 @@ def parquet_row_groups(file: Path, schema: EventSchema) -> list[tuple[int, int]]
 def validated_row_group(file: Path, schema: EventSchema, row_group: int, first_row: int, *, chunk_rows: int,
                         now: datetime) -> Iterator[Chunk]:
     """As :func:`validated_chunks` for one row group of a Parquet file (Spark validates row groups in parallel)."""
-    for records in _parquet_records(file, schema, chunk_rows, row_groups=[row_group], first_row=first_row):
+    for records in parquet_records(file, schema, chunk_rows, row_groups=[row_group], first_row=first_row):
         try:
             yield schema.validate_records(records, source=str(file), strict=True, now=lambda: now)
         except EventValidationError as e:

@@ -14,6 +14,11 @@ becomes the ingest time: one timestamp for the whole file.
 Line numbers: Spark reads the file in splits, each task numbers the lines of its split, and the
 driver turns those into file line numbers from the line count of every split, ordered by the
 split's start offset (``input_file_block_start``).
+
+Dead letters (``MasterDataset.ingest_file(..., dead_letters=...)``) do not come this way: Spark's bulk
+path is all or nothing only, so with dead letters the file is validated in the driver's Python by
+``file_sorting`` (the code of the delta-rs way) and its valid records appended through the engine in
+one commit; the ``ingest --dead-letters`` command then starts no Spark at all (delta-rs commits).
 """
 
 from __future__ import annotations

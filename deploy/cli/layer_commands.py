@@ -49,18 +49,22 @@ def _redis(settings: Settings) -> AbstractContextManager[str]:
 def ingest(settings: Settings, args: argparse.Namespace) -> int:
     from batch_layer.master.backfill import backfill
     from batch_layer.master.dataset import MasterDataset
+    from batch_layer.master.dead_letters import DeadLetters
     from deploy.cli.backfill_bar import BackfillBar
     from shared_logic.registry import load_pipeline
 
-    master = MasterDataset.open(settings, load_pipeline(settings.pipeline))
+    pipeline = load_pipeline(settings.pipeline)
+    master = MasterDataset.open(settings, pipeline)
+    letters = DeadLetters.open(settings, pipeline.name) if args.dead_letters else None
     # delta-spark: files are read, validated and appended by Spark; on object storage delta-rs commits
     # (conditional puts, safe beside the other writers: batch_layer/master/delta_spark.py), so no Spark.
-    if settings.storage_engine == "delta-spark" and not settings.tables_on_object_store:
+    # With dead letters the files are validated here, in Python, and the engine appends without Spark.
+    if settings.storage_engine == "delta-spark" and not settings.tables_on_object_store and letters is None:
         _spark(settings, args, f"lambda-ingest-{settings.pipeline_slug}", "ingest")
     bar = BackfillBar()
     try:
         with bar:
-            done = backfill(master, args.files, file_format=args.file_format, progress=bar)
+            done = backfill(master, args.files, file_format=args.file_format, progress=bar, dead_letters=letters)
     except (SharedLogicError, BatchLayerError) as e:
         report(e)
         bar.report_failure()
@@ -72,6 +76,10 @@ def ingest(settings: Settings, args: argparse.Namespace) -> int:
     else:
         console.print(f"[green]ingested {events} events[/] from {len(done)} files at master versions "
                       f"{done[0].version} to {done[-1].version}")
+    dead = sum(d.dead_letters for d in done)
+    if dead:
+        console.print(f"[yellow]{dead} bad line(s) or row(s) went to the dead letters[/] of pipeline {pipeline.name} "
+                      "(`lambda-platform dead-letters list` shows them; fix, then `dead-letters replay`)")
     return EXIT_OK
 
 

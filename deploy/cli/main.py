@@ -28,7 +28,7 @@ log = logging.getLogger("lambda_platform")
 #: Commands that only ask (they leave the data dir alone).
 _CLIENTS = {"status", "query", "top", "keys"}
 #: Commands that do one thing and print its result (the rest run until stopped).
-_ONE_SHOT = {"ingest", "batch run", "status", "query", "top", "keys"}
+_ONE_SHOT = {"ingest", "batch run", "status", "query", "top", "keys", "dead-letters list", "dead-letters replay"}
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -40,7 +40,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return " ".join(filter(None, [args.command, getattr(args, "batch_command", None), getattr(args, "speed_command", None)]))
+    return " ".join(filter(None, [args.command, getattr(args, "batch_command", None), getattr(args, "speed_command", None),
+                             getattr(args, "dead_letters_command", None)]))
 
 
 def run(argv: Sequence[str] | None = None) -> int:

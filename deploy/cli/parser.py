@@ -11,6 +11,8 @@
     lambda-platform top VIEW         the top keys of a view by a measure
     lambda-platform keys VIEW        a view's keys and values, by key, paged (--prefix, --where COL=VALUE)
     lambda-platform generate         demo traffic over HTTP
+    lambda-platform dead-letters list    records ingest refused (bad lines, bad Kafka records), newest first
+    lambda-platform dead-letters replay  validate them again after a fix; append the valid ones once
     lambda-platform kafka ingest     read Kafka topics into the master datasets, exactly once (kafka feed, kafka broker)
 
 Configuration comes from LAMBDA_* environment variables (see README); the global options below
@@ -23,6 +25,7 @@ import argparse
 from pathlib import Path
 
 from deploy.cli import layer_commands, platform_commands
+from deploy.cli.dead_letter_commands import add_dead_letter_commands
 from deploy.cli.kafka_commands import add_kafka_commands
 from deploy.cli.view_commands import add_view_commands
 
@@ -53,11 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "1; Parquet: row) and field, nothing of it is written, and the command lists the files "
                     "already committed (do not ingest them again) and those not written, and exits 1. CSV: "
                     "text coerced to the field types; an empty cell is an absent field. Unknown columns are "
-                    "errors, as unknown JSON fields are.")
+                    "errors, as unknown JSON fields are. With --dead-letters a bad line or row goes to the "
+                    "pipeline's dead letters instead and the rest of its file is committed.")
     ingest.add_argument("files", type=Path, nargs="+", metavar="FILE",
                         help="event file or folder: .jsonl/.json (one JSON event per line), .csv (header line), .parquet")
     ingest.add_argument("--format", choices=("jsonl", "csv", "parquet"), dest="file_format",
                         help="read every FILE as this format, whatever its extension")
+    ingest.add_argument("--dead-letters", action="store_true",
+                        help="commit each file's valid lines or rows and keep every bad one as a dead letter (raw "
+                             "text, file, line, field, reason) instead of writing nothing of the file; "
+                             "`dead-letters list` shows them, `dead-letters replay` puts them back after a fix")
     ingest.set_defaults(handler=layer_commands.ingest)
 
     batch = sub.add_parser("batch", help="batch-layer commands")
@@ -111,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     http_options(generate, "post to the API at")
     generate.set_defaults(handler=platform_commands.generate)
     add_view_commands(sub, http_options)
+    add_dead_letter_commands(sub)
     add_kafka_commands(sub)
     return parser
 

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from batch_layer.errors import SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.dead_letters import DeadLetterConfig, DeadLetters
 from serving.api.auth import require
 from serving.api.console import install_console
 from serving.api.docs import install_docs
@@ -26,7 +27,7 @@ from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
 from serving.api.openapi import document_server
 from serving.api.pipelines import mount_pipelines
-from serving.api.routes import batch, events, health, views
+from serving.api.routes import batch, dead_letters, events, health, views
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
@@ -49,7 +50,7 @@ correctly it says so: 503 with the reason.
 
 **Auth.** API keys from `LAMBDA_API_KEYS`, sent as `Authorization: Bearer <key>`, each with
 scopes. `read`: the views (`GET /v1/views...`) and the batch runs (`GET /v1/batch/runs`,
-`GET /v1/batch/runs/{run_id}`); reads need no key while the server binds to a loopback address
+`GET /v1/batch/runs/{run_id}`) and the dead letters (`GET /v1/dead-letters`); reads need no key while the server binds to a loopback address
 (127.0.0.1, ::1, localhost). `ingest`: `POST /v1/events`. `admin`: `POST /v1/batch/runs`.
 `/healthz`, `/readyz`, `/metrics`, `/docs`, `/openapi.json` and the web console's page
 (`/console`) are open. No key, or an unknown
@@ -238,6 +239,9 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     app.state.pipeline = pipeline
     app.state.settings = settings
     app.state.master_clock = MasterClock(settings.master_uri)
+    # Settings name the dead-letter table (an ApiConfig of a test or embedding may not: the route says so).
+    app.state.dead_letters = (DeadLetters.open(settings, pipeline.name)
+                              if isinstance(settings, DeadLetterConfig) else None)
     install_error_handlers(app)
     install_metrics(app)
     app.add_middleware(AnswerOptions)
@@ -249,6 +253,7 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     app.router.routes[0:0] = views.router.routes
     app.include_router(events.router, dependencies=[Depends(require("ingest"))], responses=protected)
     app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
+    app.include_router(dead_letters.router, responses=protected)  # scope read
     app.include_router(health.router)
     install_docs(app)
     install_console(app)

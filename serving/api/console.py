@@ -13,7 +13,8 @@ heartbeat, or FAILING with its last error and failures since its last success, f
 ``/metrics``);
 ``#/pipelines/{p}/views/{v}`` a view (definition, top-N chart, a key's batch and realtime parts,
 a windowed key over a range, the keys); ``#/pipelines/{p}/runs`` batch runs (a timeline with
-stages, a button to start one).
+stages, a button to start one); ``#/pipelines/{p}/dead-letters`` the newest dead letters (records
+ingest refused and kept: where from, why, raw text, replayed or not).
 """
 
 from __future__ import annotations

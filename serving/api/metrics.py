@@ -18,6 +18,8 @@ so several apps in one process never clash) holding:
   how many times since (``lambda_part_failures``), when last (``lambda_part_last_failure_timestamp_seconds``)
   and, while failing, its last error as a label (``lambda_part_last_error_info{error="..."} 1``: one
   line, no credentials; the web console shows it).
+* ``lambda_dead_letters_total{source=...}``: the pipeline's dead letters by source, from its dead-letter
+  table (``DeadLetters.counts``: the log's new commits per scrape, new files' ``source`` column only).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
@@ -71,7 +73,6 @@ def route_template(path: str) -> str:
 
 
 # --------------------------------------------------------------------------- requests
-
 
 class RequestMetrics:
     """Pure ASGI middleware: counts and times each HTTP request by route template, method, status.
@@ -124,7 +125,6 @@ class RequestMetrics:
 
 # --------------------------------------------------------------------------- numbers
 
-
 def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -140,7 +140,6 @@ def _number(value: Any) -> float | None:
 
 # --------------------------------------------------------------------------- platform collector
 
-
 @dataclass
 class Snapshot:
     """What one scrape read; ``PlatformCollector.collect`` turns it into samples."""
@@ -153,6 +152,7 @@ class Snapshot:
     lag_versions: int | None = None
     lag_seconds: float | None = None
     runs: list[BatchRun] = field(default_factory=list)
+    dead_letters: dict[str, int] | None = None
     taken_at: float = field(default_factory=time.time)
 
 
@@ -180,6 +180,12 @@ class PlatformCollector(Collector):
         clock = getattr(app.state, "master_clock", None)
         if clock is not None:
             await self._read_lag(clock, snapshot)
+        letters = getattr(app.state, "dead_letters", None)
+        if letters is not None:
+            try:  # DeadLetters.counts reads only what is new since the last scrape
+                snapshot.dead_letters = await asyncio.wait_for(asyncio.to_thread(letters.counts), SCRAPE_TIMEOUT)
+            except Exception as e:
+                log.debug("metrics scrape: dead letters unreadable: %s", e)
         self.snapshot = snapshot
         return snapshot
 
@@ -227,13 +233,11 @@ class PlatformCollector(Collector):
             yield from gauge("lambda_metrics_redis_up", "1 if Redis answered the last scrape, else 0.", float(s.redis_up))
         yield from gauge("lambda_master_latest_version", "Newest version of the master dataset (Delta log).",
                          s.latest_version)
-        yield from gauge(
-            "lambda_speed_lag_versions",
-            "Master versions the answers are behind: newest master version minus the newest version "
-            "covered by the speed layer or the served batch generation.", s.lag_versions)
-        yield from gauge("lambda_speed_lag_seconds",
-                         "Age of the oldest master version the answers do not cover yet (0: up to date).",
-                         s.lag_seconds)
+        yield from gauge("lambda_speed_lag_versions", "Master versions the answers are behind: newest master version "
+                         "minus the newest version covered by the speed layer or the served batch generation.",
+                         s.lag_versions)
+        yield from gauge("lambda_speed_lag_seconds", "Age of the oldest master version the answers do not cover yet "
+                         "(0: up to date).", s.lag_seconds)
 
         speed = s.speed
         yield from gauge("lambda_speed_processed_version", "Last master version the speed layer fully applied.",
@@ -263,6 +267,12 @@ class PlatformCollector(Collector):
 
         if s.runs:
             yield from self._runs(s.runs)
+        if s.dead_letters is not None:
+            letters = CounterMetricFamily("lambda_dead_letters", "Records refused and kept as dead letters, by source.",
+                                          labels=["pipeline", "source"])
+            for source, count in sorted(s.dead_letters.items()):
+                letters.add_metric([self.pipeline, source], count)
+            yield letters
 
     def _part_health(self, part: str, health: SpeedHeartbeat) -> Iterator[Metric]:
         """A part's failing state, failures since its last success, last failure time and (while failing) error."""
@@ -285,14 +295,12 @@ class PlatformCollector(Collector):
             yield info
 
     def _runs(self, runs: list[BatchRun]) -> Iterator[Metric]:
-        count = GaugeMetricFamily("lambda_batch_runs", "Batch runs in the run registry, by outcome.",
-                                  labels=["pipeline", "outcome"])
+        by = ["pipeline", "outcome"]
+        count = GaugeMetricFamily("lambda_batch_runs", "Batch runs in the run registry, by outcome.", labels=by)
         duration = GaugeMetricFamily("lambda_batch_last_run_duration_seconds",
-                                     "Duration of the newest recorded batch run of each outcome.",
-                                     labels=["pipeline", "outcome"])
+                                     "Duration of the newest recorded batch run of each outcome.", labels=by)
         when = GaugeMetricFamily("lambda_batch_last_run_timestamp_seconds",
-                                 "When the newest recorded batch run of each outcome finished (or started).",
-                                 labels=["pipeline", "outcome"])
+                                 "When the newest recorded batch run of each outcome finished (or started).", labels=by)
         by_outcome: dict[str, list[BatchRun]] = {}
         for run in runs:
             by_outcome.setdefault(run.status, []).append(run)
@@ -316,8 +324,6 @@ def _when(run: BatchRun) -> float:
 
 
 # --------------------------------------------------------------------------- install
-
-
 
 def install_metrics(app: FastAPI) -> None:
     """Add request metrics and ``GET /metrics`` (Prometheus text; OpenMetrics on request) to ``app``."""

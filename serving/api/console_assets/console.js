@@ -173,7 +173,8 @@ async function overview(main) {
     const points = (history[p.name] || []).map(r => ({ x: r.t, y: r.lag, label: new Date(r.t).toISOString().slice(11, 19) }));
     sections.push(h("section", { class: "card", "data-pipeline": p.name },
       h("h2", {}, p.name, p.default ? h("span", { class: "badge" }, "default") : null,
-        h("a", { class: "small", href: `#/pipelines/${enc(p.name)}/runs` }, "batch runs")),
+        h("a", { class: "small", href: `#/pipelines/${enc(p.name)}/runs` }, "batch runs"),
+        h("a", { class: "small", href: `#/pipelines/${enc(p.name)}/dead-letters` }, "dead letters")),
       h("dl", { class: "facts" },
         h("dt", {}, "served generation"), h("dd", {}, num("generation", p.generation)),
         h("dt", {}, "newest master version"), h("dd", {}, num("latest_version", views.latest_version)),
@@ -321,6 +322,25 @@ async function runsPage(main, pipelineName) {
   for (const bar of main.querySelectorAll(".stage[data-width]")) bar.style.flexGrow = bar.dataset.width;
 }
 
+// The newest records ingest refused and kept (GET .../dead-letters), newest first; replay is a command.
+async function deadLettersPage(main, pipelineName) {
+  const p = (await pipelines()).find(x => x.name === pipelineName);
+  if (!p) throw Object.assign(new Error(`no pipeline ${pipelineName}`), { status: 404, error: "NotFoundError" });
+  const list = await api(`${p.url}/dead-letters${query({ order: "newest", limit: 50 })}`);
+  const where = l => l.file !== null ? `${l.file.split("/").pop()}:${l.line ?? ""}` : l.topic !== null ? `${l.topic}[${l.partition}]@${l.offset}` : "";
+  const cut = text => text.length > 160 ? text.slice(0, 159) + "…" : text;
+  const rows = list.letters.map(l => h("tr", { "data-letter-id": l.id, "data-source": l.source },
+    h("td", {}, when(l.dead_at)), h("td", {}, l.source), h("td", { title: l.file ?? "" }, where(l)), h("td", {}, l.field ?? ""),
+    h("td", {}, l.reason), h("td", {}, h("code", { title: l.raw }, cut(l.raw))),
+    h("td", {}, l.replayed ? h("span", { class: "badge succeeded" }, "replayed") : "")));
+  main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "overview"), " / ", p.name, " / dead letters"),
+    h("section", { class: "card" }, h("h2", {}, "Dead letters of ", p.name),
+      h("p", {}, num("dead_letters.total", list.total), " records refused and kept", list.total > list.letters.length ? `; the newest ${list.letters.length} below` : "",
+        ". After fixing the event model or the data, ", h("code", {}, "lambda-platform dead-letters replay"), " appends the ones valid now, once each."),
+      rows.length ? h("table", { id: "dead-letters" }, h("thead", {}, h("tr", {}, ["refused at", "source", "where", "field", "reason", "raw", ""].map(c => h("th", {}, c)))),
+        h("tbody", {}, rows)) : h("p", { class: "muted" }, "no dead letters")));
+}
+
 // ---- router --------------------------------------------------------------------------------------
 function route() {
   const [path, search] = location.hash.replace(/^#/, "").split("?");
@@ -328,6 +348,7 @@ function route() {
   const params = Object.fromEntries(new URLSearchParams(search || ""));
   if (parts[0] === "pipelines" && parts[2] === "views" && parts[3]) return { name: "view", render: m => viewPage(m, parts[1], parts[3], params), live: false };
   if (parts[0] === "pipelines" && parts[2] === "runs") return { name: "runs", render: m => runsPage(m, parts[1]), live: true };
+  if (parts[0] === "pipelines" && parts[2] === "dead-letters") return { name: "dead-letters", render: m => deadLettersPage(m, parts[1]), live: true };
   return { name: "overview", render: overview, live: true };
 }
 

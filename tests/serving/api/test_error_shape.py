@@ -71,7 +71,7 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
     schema = client.get("/openapi.json").json()
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     operations = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 11
+    assert len(operations) == 12
     for path, method, op in operations:
         responses = op["responses"]
         for status, response in responses.items():
@@ -87,7 +87,7 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
     assert protected == {("/v1/views", "get"), ("/v1/views/{view}/keys", "get"), ("/v1/views/{view}/keys/{key}", "get"),
                          ("/v1/views/{view}/top", "get"),
                          ("/v1/events", "post"), ("/v1/batch/runs", "post"), ("/v1/batch/runs", "get"),
-                         ("/v1/batch/runs/{run_id}", "get"), ("/v1/pipelines", "get")}
+                         ("/v1/batch/runs/{run_id}", "get"), ("/v1/pipelines", "get"), ("/v1/dead-letters", "get")}
 
 
 def test_options_and_405_name_every_method_of_each_path(client: httpx.Client) -> None:
