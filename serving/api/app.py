@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from batch_layer.errors import SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.master.dead_letters import DeadLetterConfig, DeadLetters
+from batch_layer.master.dead_letters import DeadLetters
 from serving.api.auth import require
 from serving.api.console import install_console
 from serving.api.docs import install_docs
@@ -240,8 +240,7 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     app.state.settings = settings
     app.state.master_clock = MasterClock(settings.master_uri)
     # Settings name the dead-letter table (an ApiConfig of a test or embedding may not: the route says so).
-    app.state.dead_letters = (DeadLetters.open(settings, pipeline.name)
-                              if isinstance(settings, DeadLetterConfig) else None)
+    app.state.dead_letters = DeadLetters.open(settings, pipeline.name)
     install_error_handlers(app)
     install_metrics(app)
     app.add_middleware(AnswerOptions)

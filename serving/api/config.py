@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from batch_layer.master.dataset import MasterConfig
+from batch_layer.master.dead_letters import DeadLetterConfig
 
 
-class ApiConfig(MasterConfig, Protocol):
+class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
     """The API's configuration (see ``deploy.settings.Settings`` for each field's meaning)."""
 
     @property

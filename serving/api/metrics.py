@@ -18,6 +18,9 @@ so several apps in one process never clash) holding:
   how many times since (``lambda_part_failures``), when last (``lambda_part_last_failure_timestamp_seconds``)
   and, while failing, its last error as a label (``lambda_part_last_error_info{error="..."} 1``: one
   line, no credentials; the web console shows it).
+* the Kafka ingest's status hash ``lp:{p}:kafka`` (``serving.store.ingest_status``), when one ran:
+  ``lambda_kafka_ingest_records_total{outcome="read|appended|dead_lettered"}``,
+  ``lambda_kafka_ingest_lag_records{topic,partition}`` and ``lambda_kafka_ingest_up``.
 * ``lambda_dead_letters_total{source=...}``: the pipeline's dead letters by source, from its dead-letter
   table (``DeadLetters.counts``: the log's new commits per scrape, new files' ``source`` column only).
 """
@@ -27,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,11 +42,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from serving.api.request_metrics import RequestMetrics
 from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import COMPUTED_AT
 from serving.store.heartbeat import SpeedHeartbeat
+from serving.store.ingest_status import IngestStatus
 from serving.store.runs import BatchRun, RunRegistry
 
 log = logging.getLogger(__name__)
@@ -61,67 +64,6 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 SCRAPE_TIMEOUT = 2.0
 #: Most batch-run records read per scrape (``serving.store.runs`` keeps the newest 1000).
 MAX_RUNS = 1000
-
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_CONVERTER = re.compile(r"\{([^}:]+):[^}]*\}")
-UNMATCHED = "unmatched"
-
-
-def route_template(path: str) -> str:
-    """A route's path without converters: ``/v1/views/{view}/keys/{key:path}`` -> ``.../{key}``."""
-    return _CONVERTER.sub(r"{\1}", path)
-
-
-# --------------------------------------------------------------------------- requests
-
-class RequestMetrics:
-    """Pure ASGI middleware: counts and times each HTTP request by route template, method, status.
-
-    The router stores the matched route in ``scope["route"]`` (the scope dict is shared down the
-    stack), so the template is known once the app returns; labelled children are cached per
-    (method, route, status) so a request costs two dict look-ups, an increment and an observe.
-    """
-
-    def __init__(self, app: ASGIApp, requests: Counter, latency: Histogram) -> None:
-        self.app, self._requests, self._latency = app, requests, latency
-        self._children: dict[tuple[str, str | None, int], tuple[Any, Any]] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # what ServerErrorMiddleware answers when the app raises before responding
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            key = (scope["method"], getattr(route, "path", None), status)
-            children = self._children.get(key)
-            if children is None:
-                children = self._child(key)
-            children[0].inc()
-            children[1].observe(elapsed)
-
-    def _child(self, key: tuple[str, str | None, int]) -> tuple[Any, Any]:
-        method, path, status = key
-        labels = (
-            method if method in _METHODS else "OTHER",
-            UNMATCHED if path is None else route_template(path),
-            str(status),
-        )
-        children = (self._requests.labels(*labels), self._latency.labels(*labels))
-        self._children[key] = children
-        return children
-
 
 # --------------------------------------------------------------------------- numbers
 
@@ -153,6 +95,7 @@ class Snapshot:
     lag_seconds: float | None = None
     runs: list[BatchRun] = field(default_factory=list)
     dead_letters: dict[str, int] | None = None
+    kafka: IngestStatus | None = None
     taken_at: float = field(default_factory=time.time)
 
 
@@ -194,9 +137,11 @@ class PlatformCollector(Collector):
         pipe = client.pipeline(transaction=False)
         pipe.hgetall(keys.speed)
         pipe.get(keys.current)
-        speed, current = await pipe.execute()
+        pipe.hgetall(keys.kafka)
+        speed, current, kafka = await pipe.execute()
         snapshot.redis_up = True
         snapshot.speed = {_text(k): _text(v) for k, v in speed.items()}
+        snapshot.kafka = IngestStatus.from_hash(kafka)
         if current is not None:
             snapshot.generation = int(current)
             snapshot.computed_at = _number(await client.hget(keys.meta(snapshot.generation), COMPUTED_AT))
@@ -267,6 +212,8 @@ class PlatformCollector(Collector):
 
         if s.runs:
             yield from self._runs(s.runs)
+        if s.kafka is not None:
+            yield from self._kafka(s.kafka, s.taken_at)
         if s.dead_letters is not None:
             letters = CounterMetricFamily("lambda_dead_letters", "Records refused and kept as dead letters, by source.",
                                           labels=["pipeline", "source"])
@@ -293,6 +240,25 @@ class PlatformCollector(Collector):
                                      labels=["pipeline", "part", "error"])
             info.add_metric([*labels, health.last_error or "no error recorded"], 1.0)
             yield info
+
+    def _kafka(self, status: IngestStatus, now: float) -> Iterator[Metric]:
+        """The Kafka ingest's counts (since its process started: a restart starts them again), lag and liveness."""
+        records = CounterMetricFamily("lambda_kafka_ingest_records", "Kafka records the ingest read, appended to the "
+                                      "master and kept as dead letters, since its process started.",
+                                      labels=["pipeline", "outcome"])
+        for outcome, count in (("read", status.read), ("appended", status.appended), ("dead_lettered", status.dead)):
+            records.add_metric([self.pipeline, outcome], count)
+        yield records
+        lag = GaugeMetricFamily("lambda_kafka_ingest_lag_records", "Per partition: Kafka's newest offset minus the "
+                                "offset the ingest has read through, at its last trigger.",
+                                labels=["pipeline", "topic", "partition"])
+        for part in status.lags:
+            lag.add_metric([self.pipeline, part.topic, str(part.partition)], part.lag)
+        yield lag
+        up = GaugeMetricFamily("lambda_kafka_ingest_up", "1 while the Kafka ingest runs and reports, else 0.",
+                               labels=["pipeline"])
+        up.add_metric([self.pipeline], float(status.alive(now) and status.state == "running"))
+        yield up
 
     def _runs(self, runs: list[BatchRun]) -> Iterator[Metric]:
         by = ["pipeline", "outcome"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 
 from serving.store.heartbeat import HEARTBEAT_FRESH_SECONDS, short_error
-from serving.store.replies import text_hash
+from serving.store.replies import HashReply, text_hash
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,24 @@ class IngestStatus:
     batches: int = 0
     lags: tuple[PartitionLagRecord, ...] = ()
     last_error: str | None = None
+
+    @classmethod
+    def from_hash(cls, values: HashReply) -> IngestStatus | None:
+        """From ``HGETALL Keys.kafka`` (bytes or decoded); None when the hash is empty (no ingest ever wrote it)."""
+        fields = text_hash(values)
+        if not fields:
+            return None
+        try:
+            lags = tuple(PartitionLagRecord(str(t), int(p), int(n)) for t, p, n in json.loads(fields.get("lags") or "[]"))
+        except (ValueError, TypeError):
+            lags = ()
+        return cls(
+            source=fields.get("source", ""), state=fields.get("state", ""),
+            beat_at=float(fields["heartbeat_at"]) if fields.get("heartbeat_at") else None,
+            read=int(fields.get("read") or 0), appended=int(fields.get("appended") or 0),
+            dead=int(fields.get("dead") or 0), batches=int(fields.get("batches") or 0), lags=lags,
+            last_error=fields.get("last_error") or None,
+        )
 
     @property
     def lag(self) -> int:
@@ -70,17 +88,4 @@ class IngestStatusRecord:
 
     def read(self) -> IngestStatus | None:
         """The status, or None when no ingest ever wrote one (Kafka not configured, or not started yet)."""
-        fields = text_hash(self.client.hgetall(self.key))
-        if not fields:
-            return None
-        try:
-            lags = tuple(PartitionLagRecord(str(t), int(p), int(n)) for t, p, n in json.loads(fields.get("lags") or "[]"))
-        except (ValueError, TypeError):
-            lags = ()
-        return IngestStatus(
-            source=fields.get("source", ""), state=fields.get("state", ""),
-            beat_at=float(fields["heartbeat_at"]) if fields.get("heartbeat_at") else None,
-            read=int(fields.get("read") or 0), appended=int(fields.get("appended") or 0),
-            dead=int(fields.get("dead") or 0), batches=int(fields.get("batches") or 0), lags=lags,
-            last_error=fields.get("last_error") or None,
-        )
+        return IngestStatus.from_hash(self.client.hgetall(self.key))

@@ -21,9 +21,11 @@ from prometheus_client import generate_latest
 
 from deploy.settings import Settings
 from serving.api.app import create_app
-from serving.api.metrics import EVENTS_INGESTED, route_template
+from serving.api.metrics import EVENTS_INGESTED
+from serving.api.request_metrics import route_template
 from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth
+from serving.store.ingest_status import IngestStatusRecord, PartitionLagRecord
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
 from tests.support import free_port
@@ -116,6 +118,28 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
         assert value(found, "lambda_speed_processed_version", **p) is None
         assert value(found, "lambda_speed_lag_versions", **p) is None
         assert value(found, "lambda_master_latest_version", **p) == 3
+    r.close()
+
+
+def test_kafka_ingest_counts_lag_and_liveness_come_from_its_status_hash(api: Callable[..., Any],
+                                                                        make_settings: Callable[..., Settings],
+                                                                        redis_url: str) -> None:
+    make_settings()
+    r = redis.Redis.from_url(redis_url)
+    status = IngestStatusRecord(r, Keys("wordcount").kafka)
+    p = {"pipeline": "wordcount"}
+    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        assert value(scrape(client), "lambda_kafka_ingest_up", **p) is None  # no ingest ever ran: no samples
+        status.write(source="topics t on k:9092", state="running", read=12, appended=9, dead=3, batches=2,
+                     lags=[PartitionLagRecord("t", 0, 5), PartitionLagRecord("t", 1, 0)])
+        found = scrape(client)
+        assert value(found, "lambda_kafka_ingest_up", **p) == 1
+        assert [value(found, "lambda_kafka_ingest_records_total", outcome=o, **p)
+                for o in ("read", "appended", "dead_lettered")] == [12, 9, 3]
+        assert value(found, "lambda_kafka_ingest_lag_records", topic="t", partition="0", **p) == 5
+        assert value(found, "lambda_kafka_ingest_lag_records", topic="t", partition="1", **p) == 0
+        status.failed("KafkaException: broker gone")
+        assert value(scrape(client), "lambda_kafka_ingest_up", **p) == 0
     r.close()
 
 
