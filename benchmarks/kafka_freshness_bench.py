@@ -70,7 +70,8 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     with KafkaBroker(work / "broker") as broker:
         topic = "fresh-events"
-        AdminClient({"bootstrap.servers": broker.bootstrap}).create_topics([NewTopic(topic, 2, 1)])[topic].result(60)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # held: collected mid-call, it cancels the call
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(60)
         port = free_port()
         env = {**os.environ, "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": "wordcount",
                "LAMBDA_REDIS_URL": redis_url, "LAMBDA_HTTP_PORT": str(port),

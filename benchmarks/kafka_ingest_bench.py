@@ -13,7 +13,9 @@ topic from a fresh checkpoint with ``trigger(availableNow=True)`` and the same c
   the pipeline's event model, one master commit per micro-batch carrying its application transaction,
   bad records to dead letters.
 
-Prints records/s of each (median of ``--repeat`` runs; the query's start included) and ours / peer
+Prints records/s of each (median of ``--repeat`` runs after ``--warmup`` rounds not counted: a JVM's
+first Kafka read and first Delta write cost seconds of class loading and JIT; the query's start is
+included) and ours / peer
 (target >= 0.8x), then the CPU our ingest burns idle (a processingTime trigger at the default 0.5 s,
 nothing to read) over ``--idle-seconds``: the whole process tree's, in cores. Nothing is asserted.
 """
@@ -47,8 +49,8 @@ _WORDS = ("lambda", "kappa", "delta", "spark", "kafka", "redis", "exact", "merge
 
 
 def _fill(bootstrap: str, topic: str, records: int, partitions: int) -> None:
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: a client collected mid-call cancels the call
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20,
                          "queue.buffering.max.messages": 1_000_000})
     for i in range(records):
@@ -113,7 +115,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--max-offsets", type=int, default=100_000, help="records per micro-batch, both queries")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="rounds of both first, not counted")
     parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--json", type=Path, help="write the figures here (benchmarks/suite.py reads them)")
     args = parser.parse_args()
@@ -132,10 +135,13 @@ def main() -> None:
                                 log_file=work / "spark.log", echo=False)
             source = KafkaSource(broker.bootstrap, topics=(topic,), max_offsets_per_trigger=args.max_offsets)
             runs: dict[str, list[float]] = {"peer: Kafka -> Delta, no validation": [], "ours: validated, exactly once": []}
-            for round_ in range(args.repeat):
+            for round_ in range(-args.warmup, args.repeat):  # negative rounds: warm-up, not counted
                 peer = _peer(spark, source, work / f"peer-{round_}")
                 ours, appended = _ours(spark, source, work / f"ours-{round_}")
                 assert appended == args.records, f"ours appended {appended} of {args.records}"
+                if round_ < 0:
+                    print(f"  warm-up: peer {peer:.1f} s, ours {ours:.1f} s (the JVM's first Kafka and Delta work)")
+                    continue
                 runs["peer: Kafka -> Delta, no validation"].append(peer)
                 runs["ours: validated, exactly once"].append(ours)
                 print(f"  round {round_ + 1}: peer {peer:.1f} s, ours {ours:.1f} s", flush=True)
