@@ -11,16 +11,35 @@ time each met them in their own order. ``combine`` reads a zero as ``0.0`` (``un
 every answer's value is made by ``combine`` (a part alone too: it is combined with the identity),
 so a minimum or maximum of zero is ``0.0`` in every answer, whichever part held the zeros. Sums are
 ``0.0`` already (IEEE: ``-0.0 + 0 == 0.0``).
+
+**A sum that overflows is ``OVERFLOW``.** A sum's part is a double (an integer column's sum is
+summed exactly as a long first). When it leaves what a double holds (the double sum became
+infinite or NaN, or the long sum overflowed), the part is ``+inf`` wherever it is kept (gold
+tables, Redis rows, rankings), whatever its sign: ``inf`` absorbs every other part, so both layers
+and every merge keep it. ``Sum.combine`` answers such a value as ``OVERFLOW`` (absorbing: the
+monoid laws hold), never as a number. Row inputs are finite (a non-finite input makes its event
+poison: ``shared_logic.poison``), so no other measure can overflow.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+
+#: The value of a sum beyond what a double holds, in every answer (JSON, CSV): never a number.
+OVERFLOW = "overflow"
+#: How an overflowed sum's part is kept (gold tables, Redis rows and rankings): absorbing, whatever its sign.
+OVERFLOW_PART = math.inf
+
+
+def overflowed(value: Any) -> bool:
+    """Whether ``value`` is an overflowed sum: ``OVERFLOW``, or a float that is not finite."""
+    return value == OVERFLOW if isinstance(value, str) else isinstance(value, float) and not math.isfinite(value)
 
 
 def unsigned_zero(value: Any) -> Any:
@@ -76,18 +95,29 @@ class Count(Measure):
 
 @dataclass(frozen=True)
 class Sum(Measure):
-    """Sum of a numeric column (nulls skipped). Identity 0, combine +."""
+    """Sum of a numeric column (nulls skipped), as a double. Identity 0, combine +; ``OVERFLOW`` absorbs.
+
+    The part is ``OVERFLOW_PART`` (+inf) when the sum leaves the double range, or an integer column's
+    exact (long) sum overflows: ``try_sum`` answers null for that, never an error, so no group fails a
+    query (the module docstring)."""
 
     kind: ClassVar[str] = "sum"
     combines: ClassVar[str] = "sum"
     additive: ClassVar[bool] = True
 
     def aggregate(self) -> Column:
-        return F.coalesce(F.sum(self._input()), F.lit(0)).alias(self.name)
+        total = F.try_sum(self._input())
+        value = total.cast("double")
+        overflow = (total.isNull() & (F.count(self._input()) > 0)) | F.isnan(value) | \
+            (F.abs(value) == F.lit(math.inf))
+        return F.when(overflow, F.lit(OVERFLOW_PART)).otherwise(F.coalesce(value, F.lit(0.0))).alias(self.name)
 
     def combine(self, a: Any, b: Any) -> Any:
+        if overflowed(a) or overflowed(b):
+            return OVERFLOW
         # not ``a or 0``: a part of 0.0 stays a float (a sum over a float column answers 0.0, not 0)
-        return (0 if a is None else a) + (0 if b is None else b)
+        total = (0 if a is None else a) + (0 if b is None else b)
+        return OVERFLOW if overflowed(total) else total
 
 
 @dataclass(frozen=True)
@@ -168,4 +198,6 @@ class Average(Derived):
 
     def compute(self, parts: dict[str, Any]) -> Any:
         total, count = parts.get(f"sum_{self.column}"), parts.get("count")
+        if overflowed(total):
+            return OVERFLOW
         return None if not count or total is None else total / count

@@ -14,6 +14,3 @@ class EpochChangedError(SpeedLayerError):
 class NothingServedError(SpeedLayerError):
     """No batch generation is served: a fresh query has nothing to start after (it waits for one)."""
 
-
-class NonFiniteValueError(SpeedLayerError, ValueError):
-    """A measure's realtime value is NaN or infinite: no sorted set can rank it, no sum holds it."""

@@ -9,8 +9,11 @@ For every micro-batch (a run of master versions, in log order) it:
    version v belongs to *every* live segment based below v, so the interval above the k-th
    base goes to the lowest k segments: the segment of the generation served now keeps
    growing until the next generation replaces it, and the next one starts at its barrier;
-4. runs the shared ``transform`` and each ``View.aggregate`` on each interval, and writes the
-   increments with ``segments.write_increments`` (atomic, guarded, exactly once). A small
+4. runs the shared ``transform`` (checked: ``shared_logic.poison.view_rows``) and each
+   ``View.aggregate`` on each interval, and writes the increments with ``segments.write_increments``
+   (atomic, guarded, exactly once). A micro-batch whose query fails on a poison event is computed
+   again without the poison events (``shared_logic.poison``: the batch layer leaves out the same
+   ones, and keeps them as dead letters); the speed layer counts them in its heartbeat and log. A small
    micro-batch (``speed_driver_rows``) is read and written by the driver instead, which saves the
    source's read tasks and the write job: about half of a small micro-batch's time, so answers are
    fresher (the same versions, read by the same function as the source's, aggregated by the same
@@ -45,6 +48,7 @@ from serving.store.segment_commits import commit_processed
 from serving.store.segments import Segments
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
+from shared_logic.poison import data_error, isolate, view_rows, without
 from speed_layer import identity
 from speed_layer.input import Summary, ends_inside_version, logged_summary, master_changes
 from speed_layer.plan import Plan, Planner
@@ -143,11 +147,11 @@ class SpeedLayer:
         assert self._planner is not None, "the query's identity comes first (start)"
         plan = self._planner.plan(batch_id, summary, ends_inside=inside is not None)
         bases, on_driver = plan.bases, plan.driver
-        written = Written(0, 0.0)
+        written, poisoned = Written(0, 0.0), 0
         if bases:
             source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
-            written = self._apply(events, plan, batch_id)
+            written, poisoned = self._apply_screened(events, plan, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         if inside is not None:
             # Committing now would show part of a version as all of it: the micro-batch that completes the version
@@ -156,7 +160,7 @@ class SpeedLayer:
                      "committed with the rest of the version", batch_id, inside, written.rows)
             self.heartbeat()
             return
-        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds)
+        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds, poisoned)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs, of which %.2fs "
                  "writing to Redis)", batch_id, summary.last, written.rows, bases,
                  " from the driver" if on_driver else "", time.monotonic() - started, written.seconds)
@@ -202,6 +206,24 @@ class SpeedLayer:
         assert found is not None, "an aggregate without grouping has exactly one row"
         return Summary(found[0], sorted(found[1]))
 
+    def _apply_screened(self, events: DataFrame, plan: Plan, batch_id: int) -> tuple[Written, int]:
+        """``_apply``, and when its query fails on poison events, ``_apply`` without them; also the poison
+        events left out (every copy). The failed query wrote nothing (it fails before its write stage), and
+        the search is deterministic, so a replay leaves out the same events and cuts the same chunks."""
+        failure = None
+        try:
+            return self._apply(events, plan, batch_id), 0
+        except Exception as e:  # Spark raises many classes: data_error tells poison from the rest
+            failure = data_error(e)
+            if failure is None:
+                raise
+        assert failure is not None
+        poison = isolate(self.pipeline, events, ignore=(VERSION_COLUMN,), failure=failure)
+        left_out = sum(p.copies for p in poison)
+        log.warning("micro-batch %d: %d poison event(s) left out of the views (%s: %s)", batch_id, left_out,
+                    failure.condition, "; ".join(p.reason[:120] for p in poison[:5]) or failure.message[:200])
+        return self._apply(without(events, poison, ignore=(VERSION_COLUMN,)), plan, batch_id), left_out
+
     def _apply(self, events: DataFrame, plan: Plan, batch_id: int) -> Written:
         """Every view's increments for every interval, written in one Spark job (or from the driver), tagged
         ``plan.tag``: readers leave them out until ``_mark_processed`` commits the micro-batch."""
@@ -214,7 +236,7 @@ class SpeedLayer:
             interval = F.col(VERSION_COLUMN) > low
             if high is not None:
                 interval = interval & (F.col(VERSION_COLUMN) <= high)
-            rows = self.pipeline.transform(events.where(interval).drop(VERSION_COLUMN))
+            rows = view_rows(self.pipeline, events.where(interval).drop(VERSION_COLUMN))
             encoded.extend(encode(view.aggregate(rows).withColumn(DEPTH, F.lit(depth)), view, width)
                            for view in self.pipeline.views)
         spec = WriteSpec(
@@ -226,17 +248,18 @@ class SpeedLayer:
             return write_increments_from_driver(increments, spec, self.client)
         return write_increments(increments, spec, self.partitions)
 
-    def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float, writing: float) -> None:
+    def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float, writing: float,
+                        poisoned: int = 0) -> None:
         """The commit point of the micro-batch: its increments become visible, in every segment at once
-        (``serving.store.segment_commits``); then the heartbeat says so, with how long the micro-batch took
-        and how much of it its slowest writer spent writing to Redis."""
+        (``serving.store.segment_commits``); then the heartbeat says so, with how long the micro-batch took,
+        how much of it its slowest writer spent writing to Redis, and the poison events it left out."""
         if not bases:  # nothing of it is in any answer: the speed layer has not processed it for readers
             self.heartbeat()
             return
         commit_processed(self.client, self.keys, bases, last)
         SpeedHealth(self.client, self.keys.speed).record_success(  # a success: no longer failing, if it was
             processed=last, batch_id=batch_id, heartbeat_at=time.time(), query=self.query_id,
-            last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3),
+            last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3), last_batch_poisoned=poisoned,
             state=self.waiting or "running",
         )
 

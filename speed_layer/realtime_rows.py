@@ -9,6 +9,10 @@ The speed layer merges here, in its Spark tasks, rather than in Redis: Redis is 
 single-threaded part of the write, and decoding, folding and re-encoding rows in Lua cost it
 several times what storing them does. Redis then only checks that the rows are still the ones
 merged from (``speed_layer.segments``) and stores the results.
+
+A sum that leaves what a double holds is kept as ``inf`` (``shared_logic.measures.OVERFLOW_PART``, whatever
+its sign: it absorbs every later increment, as the batch part's does), its score too: never an error, so
+no micro-batch fails on it. Increments are finite otherwise (poison events are left out upstream).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from speed_layer.errors import NonFiniteValueError
+from shared_logic.measures import OVERFLOW_PART
 
 
 @dataclass
@@ -51,8 +55,8 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
         if prior != "":
             kind, p = kinds[j], float(prior)
             acc = (p if p < acc else acc) if kind == "min" else (p if p > acc else acc) if kind == "max" else acc + p
-        if not math.isfinite(acc):  # Redis's sorted sets refuse NaN: fail before anything is written
-            raise NonFiniteValueError(f"a {kinds[j]} measure became {acc!r}; realtime values must be finite numbers")
+        if not math.isfinite(acc):  # an overflowed sum (NaN too: inf + -inf), absorbing; Redis ranks inf, not NaN
+            acc = OVERFLOW_PART
         parts[j] = scores[j] = repr(acc)
     sketched, adds = [], []
     for j, lists in enumerate(members):

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import redis
@@ -50,7 +50,7 @@ from serving.store.segments import (
 )
 from shared_logic.measures import Count, Max, Min, Sum
 from shared_logic.views import WINDOW_START, View
-from speed_layer.errors import EpochChangedError, NonFiniteValueError
+from speed_layer.errors import EpochChangedError
 from speed_layer.realtime_rows import merge
 
 if TYPE_CHECKING:
@@ -193,18 +193,11 @@ def _window_writes(spec: WriteSpec, view: str, columns: dict[str, list], windows
     writes = []
     for ((base, start), by_key), old in zip(windows.items(), olds):
         merged: list[MergedRow] = [
-            _merge(view, key, before, kinds, [[v[r] for r in rs] for v in values],
-                   [[m[r] for r in rs] for m in members], spec.exact_max)
-            for before, (key, rs) in zip(old, by_key.items())]
+            merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
+                  spec.exact_max)
+            for before, rs in zip(old, by_key.values())]
         writes.append(WindowWrite(base, start, list(by_key), old, merged))
     return writes
-
-
-def _merge(view: str, key: str, *args: Any) -> MergedRow:
-    try:
-        return merge(*args)
-    except NonFiniteValueError as e:
-        raise NonFiniteValueError(f"view {view!r}, key {key!r}: {e}") from e
 
 
 def _apply_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

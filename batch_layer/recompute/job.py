@@ -24,8 +24,8 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.master.object_store import join
-from batch_layer.recompute import publish
-from batch_layer.recompute.gold import prune_generations, write_generation
+from batch_layer.recompute import poison, publish
+from batch_layer.recompute.gold import GoldGeneration, prune_generations, write_generation
 from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
@@ -35,7 +35,9 @@ from serving.store.keys import row_parts
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+    from shared_logic.views import View
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,11 @@ class RecomputeConfig(MasterConfig, Protocol):
         """Generations of each gold table kept readable by time travel (the served one always)."""
         ...
 
+    @property
+    def dead_letters_uri(self) -> str:
+        """The pipeline's dead-letter table, where poison events are kept (``batch_layer.recompute.poison``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class BatchRunResult:
@@ -69,6 +76,8 @@ class BatchRunResult:
     seconds: float = 0.0
     flipped: bool = True
     stages: tuple[StageRecord, ...] = ()
+    #: Poison events the views left out (every copy counted): ``batch_layer.recompute.poison``.
+    poisoned: int = 0
 
 
 def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline, *, redis_url: str,
@@ -77,7 +86,8 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     each stage start and end (``batch_layer.recompute.stages``).
 
     Guarantees: the served generation changes only in the final atomic flip; a run that fails or
-    is killed before it leaves what was served, and the gold tables' current content, untouched.
+    is killed before it leaves what was served, and the gold tables' current content, untouched. Poison
+    events (``shared_logic.poison``) are left out of every view and kept as dead letters; they never fail it.
     """
     started = time.monotonic()
     run_id = run_id or uuid.uuid4().hex[:12]  # the scheduler passes its run's id: one id per run
@@ -98,15 +108,19 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         with stages.stage("snapshot") as snapshot:
             events = master.snapshot(spark, generation)
             event_count = snapshot.count = events.count()
-        rows = pipeline.transform(events)
+        screen = poison.Screen(pipeline, events)
         with publish.refusals():
             store.begin(generation, epoch)
 
         view_rows: dict[str, int] = {}
         for view in pipeline.views:
             with stages.stage("gold", view.name) as computed:
-                gold = write_generation(view.aggregate(rows), join(settings.gold_uri, view.name), engine,
-                                        generation=generation)
+                table = join(settings.gold_uri, view.name)
+
+                def gold_of(rows: DataFrame, view: View = view, table: str = table) -> GoldGeneration:
+                    return write_generation(view.aggregate(rows), table, engine, generation=generation)
+
+                gold = screen.compute(gold_of)
                 computed.count = gold.rows
             fault_point("after-gold")
             with stages.stage("publish", view.name) as loaded:
@@ -116,7 +130,10 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
                 )
             view_rows[view.name] = gold.rows
 
+        if screen.poison:
+            poison.record(settings, pipeline.name, screen.poison, master=str(master.path), generation=generation)
         fault_point("before-flip")
+        rows = screen.rows()
         meta = GenerationMeta(
             run_id=run_id, computed_at=time.time(), events=event_count, logic=pipeline.logic, rows=view_rows,
             measures={view.name: row_parts(view) for view in pipeline.views},
@@ -133,7 +150,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         else:
             log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)
         return BatchRunResult(run_id, pipeline.name, generation, event_count, view_rows,
-                              time.monotonic() - started, flipped, tuple(stages.records))
+                              time.monotonic() - started, flipped, tuple(stages.records), screen.left_out)
 
 
 def _prune_gold(settings: RecomputeConfig, pipeline: Pipeline, served: int) -> None:

@@ -9,7 +9,8 @@ answer with their status; if a later page fails (Redis went away), the stream st
 end (the chunked body is cut), so a client never takes a partial export for a whole one.
 
 * CSV: a header row (the key columns, ``window_start`` for windowed views, then the measures and
-  derived values), one row per (key, window); window starts in ISO 8601, empty cells for nulls.
+  derived values), one row per (key, window); window starts in ISO 8601, empty cells for nulls, and
+  ``overflow`` for a sum beyond what a double holds (``shared_logic.measures.OVERFLOW``: never ``inf``).
 * NDJSON: one JSON object per line, each a ``KeyEntry`` as a page lists it, in UTF-8 with every
   character as is except U+0085, U+2028 and U+2029, written as JSON escapes (``\u2028``): JSON
   allows them raw, but a reader that splits lines on every Unicode line break (Python's
@@ -32,6 +33,7 @@ from serving.api.key_pages import Listing, every_page
 from serving.api.models import KeyEntry
 from serving.store.keys import decode_key
 from serving.store.reader import ServingStore
+from shared_logic.measures import OVERFLOW, overflowed
 
 CSV, NDJSON = "text/csv", "application/x-ndjson"
 FORMATS = (CSV, NDJSON)
@@ -47,7 +49,9 @@ def export_format(accept: str | None) -> str | None:
 
 
 def _cell(value: Any) -> Any:
-    return "" if value is None else value
+    """A CSV cell: '' for null, ``OVERFLOW`` for an overflowed sum (answers carry it already; a number that is
+    not finite never reaches a cell)."""
+    return "" if value is None else OVERFLOW if overflowed(value) else value
 
 
 def csv_header(listing: Listing) -> list[str]:

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from shared_logic.measures import OVERFLOW
+
 
 class WindowSpan(BaseModel):
     start: datetime = Field(description="Window start (inclusive), UTC.")
@@ -36,7 +38,8 @@ class KeyAnswer(BaseModel):
     view: str
     key: str
     value: dict[str, Any] = Field(
-        description="Monoid measures (count, sum_*, min_*, max_*, distinct_*) and derived values (avg_*)."
+        description="Monoid measures (count, sum_*, min_*, max_*, distinct_*) and derived values (avg_*). A sum "
+                    f"beyond what a double holds (and its average) is the string {OVERFLOW!r}, never a number or null."
     )
     window: WindowSpan | None = Field(default=None, description="The window asked for (windowed views, one window).")
     range: WindowSpan | None = Field(default=None, description="The time range asked for (windowed views, from/to).")
@@ -62,7 +65,8 @@ class TopAnswer(BaseModel):
     measure: str
     n: int
     window: WindowSpan | None = None
-    top: list[TopEntry] = Field(description="Highest first; ties broken by key.")
+    top: list[TopEntry] = Field(description=f"Highest first; ties broken by key. Keys whose value is {OVERFLOW!r} "
+                                            "(a sum beyond what a double holds) are not ranked.")
     generation: int
     version: int = Field(description="Master dataset version the ranking is exact for.")
     logic: str | None = Field(
@@ -76,7 +80,8 @@ class KeyEntry(BaseModel):
     key: str = Field(description="The key as the key route takes it (several key columns joined with '|').")
     columns: dict[str, str] | None = Field(default=None, description="Views with several key columns: each one's value.")
     window: WindowSpan | None = Field(default=None, description="Windowed views: the window of this row.")
-    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for this window.")
+    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for this window "
+                                              f"(an overflowed sum: {OVERFLOW!r}).")
 
 
 class KeyPage(BaseModel):

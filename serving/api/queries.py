@@ -3,6 +3,10 @@
 Batch and realtime parts, and the parts of several windows, are combined only with each
 measure's monoid (``Measure.combine``); derived values (averages) are computed from the combined
 parts, never stored or averaged again.
+
+A sum whose parts overflowed (``shared_logic.measures``) answers ``"overflow"`` (``OVERFLOW``), and so
+does an average of it: in JSON, in CSV and NDJSON exports alike; a top-N leaves such keys out of its
+ranking (their value is no number to rank by).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from serving.store.reader import ServingStore
 from serving.store.reads import Generation, KeyRead
 from shared_logic.event_values import echo
 from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
-from shared_logic.measures import Count, Measure
+from shared_logic.measures import OVERFLOW, Count, Measure, overflowed
 from shared_logic.views import View
 
 #: Most windows one range query may span (bounds the work of one atomic read).
@@ -151,8 +155,11 @@ def _known_integral(store: ServingStore, generation: int, view: View) -> frozens
     return None if cache is None else cache.get((generation, view.name))
 
 
-def _typed(name: str, value: float | None, integral: frozenset[str]) -> Any:
-    """Measure ``name``'s value as an int when it is integral (parts arrive as floats; exact below 2**53)."""
+def _typed(name: str, value: Any, integral: frozenset[str]) -> Any:
+    """Measure ``name``'s value as an int when it is integral (parts arrive as floats; exact below 2**53);
+    ``OVERFLOW`` for an overflowed sum."""
+    if overflowed(value):
+        return OVERFLOW
     return int(value) if value is not None and name in integral else value
 
 
@@ -282,15 +289,16 @@ def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> 
 async def top_answer(
     store: ServingStore, view: View, measure_name: str | None, n: int, window_start: datetime | None
 ) -> TopAnswer:
-    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order). No
-    ``measure_name``: the view's first scalar measure; one the view lacks (or empty) is a 422 naming them."""
+    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order), of the
+    keys whose value is a number (an overflowed sum is not ranked). No ``measure_name``: the view's first
+    scalar measure; one the view lacks (or empty) is a 422 naming them."""
     measure = view.scalar_measures[0] if measure_name is None else _ranking(view, measure_name)
     starts = window_starts(view, window_start, None, None)
     read = await store.top(view.name, measure.name, starts[0] if starts else None, n, measure.combines)
     integral = await integral_measures(store, read.generation.generation, view)
     merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
               for key in read.batch.keys() | read.realtime.keys()}
-    ranked = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    ranked = sorted(((k, v) for k, v in merged.items() if not overflowed(v)), key=lambda kv: (-kv[1], kv[0]))[:n]
     return TopAnswer(
         view=view.name, measure=measure.name, n=n,
         window=WindowSpan(**span(starts[0], view.window.seconds)) if starts and view.window else None,

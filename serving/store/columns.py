@@ -13,7 +13,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType
 
 from serving.store.keys import EXACT_DISTINCT_MAX, KEY_SEPARATOR, WINDOW_SEPARATOR, Keys
+from shared_logic.measures import Sum
 from shared_logic.views import View
+
+#: An overflowed sum's part (``shared_logic.measures.OVERFLOW_PART``, +inf) in a batch row: a JSON number that
+#: every reader (Python's json, Lua's cjson) reads as +inf. (A realtime row's parts are strings: ``inf``.)
+OVERFLOW_JSON = "1e999"
 
 
 def key_column(keys: Sequence[str]) -> Column:
@@ -33,9 +38,14 @@ def window_column(window_start: str | None) -> Column:
 
 def integral_parts(view: View, rows: DataFrame) -> list[str]:
     """The scalar measures of ``view`` whose values are integers over ``rows``: those whose aggregate has
-    an integral Spark type (counts; sums, minima and maxima of integer columns). Analysis only, no job."""
+    an integral Spark type (counts; minima and maxima of integer columns), and sums of integer columns
+    (a sum's part is a double, to hold an overflow: ``shared_logic.measures.Sum``). Analysis only, no job."""
     scalar = {m.name for m in view.scalar_measures}
-    return [f.name for f in view.aggregate(rows).schema.fields if f.name in scalar and isinstance(f.dataType, IntegralType)]
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    sums = {m.name for m in view.scalar_measures if isinstance(m, Sum) and isinstance(types.get(m.column or ""),
+                                                                                      IntegralType)}
+    return [f.name for f in view.aggregate(rows).schema.fields
+            if f.name in scalar and (isinstance(f.dataType, IntegralType) or f.name in sums)]
 
 
 def suffix_column(window_start: str | None) -> Column:
@@ -63,8 +73,13 @@ def bucket_name_column(keys: Keys, key: Column, name: Callable[[Keys], str]) -> 
 def row_value_column(view: View) -> Column:
     """A batch row's parts as the rows hash keeps them (``serving.store.keys``): a JSON array in
     ``row_parts`` order, scalars as doubles (Java's shortest round-tripping spelling; null when
-    absent), each distinct measure's values as an array, or null above ``EXACT_DISTINCT_MAX``."""
-    parts = [F.coalesce(F.col(m.name).cast("double").cast("string"), F.lit("null")) for m in view.scalar_measures]
+    absent; an overflowed sum, infinite, as ``OVERFLOW_JSON``: JSON has no infinity), each distinct
+    measure's values as an array, or null above ``EXACT_DISTINCT_MAX``."""
+    parts = []
+    for m in view.scalar_measures:
+        value = F.col(m.name).cast("double")
+        spelled = F.when(F.isnan(value) | (F.abs(value) == F.lit(float("inf"))), F.lit(OVERFLOW_JSON))
+        parts.append(F.coalesce(spelled.otherwise(value.cast("string")), F.lit("null")))
     for measure in view.distinct_measures:
         values = F.col(measure.name)
         parts.append(F.when(F.size(values) > EXACT_DISTINCT_MAX, F.lit("null"))

@@ -144,6 +144,9 @@ return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime,
 #   committed sit in the sorted set at their new score: they are all read, at their saved one.
 # * combine unknown, or a small segment: every key of the realtime segment (R of them) and the batch's top n + R
 #   (+ ties): only realtime keys can change.
+# An overflowed sum's part is scored +inf (``shared_logic.measures.OVERFLOW_PART``) and its merged value is not a
+# number: such keys are read (the caller leaves them out of the ranking) but never counted among the n, and the
+# batch's top n + R above is of finite scores.
 # The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
 # {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
 TOP = HEADER + """
@@ -165,7 +168,7 @@ if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then
     if score ~= '' then realtime[#realtime + 1] = all[t]; realtime[#realtime + 1] = score end
   end
   local want = n + #realtime / 2
-  top = redis.call('ZREVRANGE', bz, 0, want - 1, 'WITHSCORES')
+  top = want > 0 and redis.call('ZREVRANGEBYSCORE', bz, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, want) or {}
   if #top / 2 == want and want > 0 then
     local last = top[#top]
     local ties = redis.call('ZRANGEBYSCORE', bz, last, last, 'WITHSCORES')
@@ -197,7 +200,8 @@ local function see(key)
   else
     return
   end
-  above[#above + 1] = merged(b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
+  local m = merged(b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
+  if m < math.huge then above[#above + 1] = m end  -- an overflowed value is no candidate for the n
 end
 for key in pairs(saved) do see(key) end
 local lb, lr, at, page = 0, 0, 0, math.max(n, 16)

@@ -51,9 +51,9 @@ EPOCH_CHANGED, ROWS_CHANGED = -1, -2
 # any key may be saved already, each is looked up; '0': only the first), n scalar measures, their
 # names..., n distinct measures, their names..., the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
 # n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
-# scores per scalar measure ('' = unchanged); then per distinct measure the rows (1-based) whose
-# sketch existed before (n, indexes...); then per distinct measure the rows with values for their
-# sketches (n, then key, n values, values... of each).
+# scores per scalar measure ('' = unchanged; 'inf' for an overflowed sum, a score Redis takes, never NaN);
+# then per distinct measure the rows (1-based) whose sketch existed before (n, indexes...); then per
+# distinct measure the rows with values for their sketches (n, then key, n values, values... of each).
 # The call checks that every window's rows are still the ones the caller merged from (their digest:
 # SHA-1 of the fields joined by '\n', '' for a row absent) before it writes anything, and answers -2
 # if not: the caller reads and merges again. No two writers should touch a row at once (a row is in

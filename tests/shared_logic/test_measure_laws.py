@@ -30,7 +30,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared_logic.measures import Average, Count, Distinct, Max, Measure, Min, Sum
+from shared_logic.measures import OVERFLOW, Average, Count, Distinct, Max, Measure, Min, Sum
 
 LAWS_SETTINGS = settings(max_examples=100, deadline=None, database=None)  # x5 measures: 500 cases a law
 
@@ -209,3 +209,21 @@ def test_an_average_over_merged_parts_is_the_mean_of_every_value(case: tuple[lis
     assert Average("x").compute(merged) == sum(rows) / len(rows)
     assert Average("x").compute({"sum_x": None, "count": None}) is None
     assert Average("x").compute({"sum_x": 0, "count": 0}) is None
+
+
+# -- overflow ---------------------------------------------------------------------------------------
+
+OVERFLOWING = st.one_of(st.none(), st.just(math.inf), st.just(OVERFLOW), st.floats(min_value=-1e308, max_value=1e308))
+
+
+@LAWS_SETTINGS
+@given(a=OVERFLOWING, b=OVERFLOWING, c=OVERFLOWING)
+def test_an_overflowed_sum_absorbs_every_part_and_is_never_a_number(a: Any, b: Any, c: Any) -> None:
+    """A part kept as +inf (``OVERFLOW_PART``), or a merge that leaves the double range, answers OVERFLOW, never a
+    number that is not finite; a part that overflowed makes every order of merging answer OVERFLOW."""
+    f = Sum("x").combine
+    whole = f(f(a, b), c)
+    assert whole == OVERFLOW or math.isfinite(whole)
+    if any(v == OVERFLOW or v == math.inf for v in (a, b, c)):
+        assert whole == f(a, f(b, c)) == f(c, f(b, a)) == OVERFLOW
+    assert f(1.5e308, 1.5e308) == OVERFLOW and Average("x").compute({"sum_x": OVERFLOW, "count": 2}) == OVERFLOW

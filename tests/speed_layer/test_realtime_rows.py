@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from speed_layer.errors import NonFiniteValueError
 from speed_layer.realtime_rows import merge
 
 KINDS = ["count", "sum", "min", "max"]
@@ -52,6 +51,12 @@ def test_sums_keep_every_digit() -> None:
     assert float(json.loads(row)[0]) == 0.1 + 0.2
 
 
-def test_a_value_that_is_not_a_finite_number_is_refused_before_anything_is_written() -> None:
-    with pytest.raises(NonFiniteValueError, match="sum measure became nan"):
-        merge(None, ["sum"], [["inf", "-inf"]], [], 64)
+def test_a_sum_that_overflows_is_kept_as_inf_and_absorbs_what_follows() -> None:
+    """Never an error (a micro-batch failing on it would fail on every replay): +inf, whatever the sign, the
+    batch part's spelling of an overflow too (``shared_logic.measures.OVERFLOW_PART``)."""
+    first = merge(None, ["sum", "max"], [["1.5e308", "1.5e308"], ["1.5e308"]], [], 64)
+    assert json.loads(first.row) == ["inf", "1.5e+308"] and first.scores == ["inf", "1.5e+308"]
+    assert json.loads(merge(first.row, ["sum", "max"], [["-1e308"], ["2.0"]], [], 64).row)[0] == "inf"
+    assert json.loads(merge(None, ["sum"], [["Infinity", "-1.5e308"]], [], 64).row) == ["inf"]  # Spark's spelling
+    assert json.loads(merge(None, ["sum"], [["-1.5e308", "-1.5e308"]], [], 64).row) == ["inf"]
+    assert json.loads(merge(None, ["sum"], [["inf", "-inf"]], [], 64).row) == ["inf"]  # never NaN

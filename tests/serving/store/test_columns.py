@@ -2,7 +2,8 @@
 
 Oracles: ``encode_key``, ``suffix``, ``Keys.bucket_of`` and ``Keys`` names for the names; for a row's
 value, the parts computed here in plain Python and compared after JSON decoding (the readers decode
-it: the spelling of a double may differ, its value may not).
+it: the spelling of a double may differ, its value may not; a part that is not finite, an overflowed sum,
+reads +inf: ``shared_logic.measures.OVERFLOW_PART``).
 """
 
 from __future__ import annotations
@@ -57,14 +58,19 @@ def test_a_rows_value_decodes_to_its_parts(spark: Any) -> None:
             for i, d in enumerate(doubles)]
     df = spark.createDataFrame(rows, "count long, sum_x double, max_x double, distinct_w array<string>")
     for (n, total, top, who), got in zip(rows, (r.v for r in df.select(row_value_column(view).alias("v")).collect())):
-        parts = json.loads(got)
+        parts = json.loads(got, parse_constant=_not_json)  # strict JSON: no Infinity, no NaN
         assert [m.name for m in (*view.scalar_measures, *view.distinct_measures)] == [
             "count", "sum_x", "max_x", "distinct_w"]
         assert parts[0] == float(n)
         for value, part in ((total, parts[1]), (top, parts[2])):
-            assert (part is None) if value is None else (math.isnan(part) if math.isnan(value) else part == value)
+            # Not finite: an overflowed sum (the one such part a view holds), +inf whatever its sign.
+            assert (part is None) if value is None else (part == value if math.isfinite(value) else part == math.inf)
         expected = None if who is not None and len(who) > EXACT_DISTINCT_MAX else (who or [])
         assert parts[3] == expected
+
+
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"{constant} is not JSON")
 
 
 def _members(width: int | None) -> list[str] | None:
