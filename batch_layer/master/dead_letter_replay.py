@@ -13,7 +13,8 @@ valid ones go to the master dataset in ONE commit that records one application t
 letter, ``("dead-letter:<id>", 0)``. A letter whose transaction is recorded already is skipped, so
 replaying twice (or two replays racing: the loser's commit is refused and it decides again) appends
 nothing twice. Letters are never deleted: a replayed letter stays in the table, and
-:func:`replayed_ids` tells which are replayed.
+:func:`replayed_ids` tells which are replayed. A ``transform`` letter is never replayed (reported as
+still invalid, saying why): its event is in the master already, left out of the views only.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from shared_logic.events import EventSchema
 
 #: The application transaction id of a replayed letter (its app version is 0).
 TRANSACTION_PREFIX = "dead-letter:"
+#: Letters of this source are never replayed: their event is in the master already (the transform refused it).
+NOT_REPLAYED = "transform"
+_IN_THE_MASTER = ("a transform dead letter's event is in the master dataset already: fix the transform (or the "
+                  "pipeline's data rule) and the next batch run counts it; replaying would append it twice")
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,9 @@ def _replay_once(master: MasterDataset, appender: Appender,
     invalid: dict[str, tuple[EventProblem, ...]] = {}
     for letter_id, letter in letters:
         if letter_id in done:
+            continue
+        if letter.get("source") == NOT_REPLAYED:
+            invalid[letter_id] = (EventProblem(f"letter {letter_id}", "(event)", _IN_THE_MASTER),)
             continue
         try:
             events.append(letter_events(master.pipeline.schema, letter))

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letter_replay import replay, replayed_ids
-from batch_layer.master.dead_letters import DeadLetters
+from batch_layer.master.dead_letters import DeadLetter, DeadLetters
 from batch_layer.master.engines import get_engine
 from shared_logic.pipeline import EventModel
 from shared_logic.pipelines.payments import Payments
@@ -124,3 +124,16 @@ def test_a_selection_by_id_replays_only_those(ingested: tuple[MasterDataset, Dea
     again = replay(master, letters.select(reason="required"))  # both letters of a missing user_id
     assert again.already == [one["id"]] and len(again.replayed) == 1
     assert _merchants(master) == Counter({"ok-1": 1, "no-user-csv": 1, "no-user-json": 1})
+
+
+def test_a_transform_letter_is_never_replayed_its_event_is_in_the_master(ingested: tuple[MasterDataset, DeadLetters]
+                                                                        ) -> None:
+    strict, letters = ingested
+    raw = '{"user_id": "u9", "merchant": "divided-by-zero", "amount": 1.0, "event_time": "2026-01-01T00:00:00Z"}'
+    letters.keep([DeadLetter(raw=raw, source="transform", reason="division by zero", file=str(strict.path), line=0)])
+    [letter] = letters.select(source="transform")
+
+    result = replay(strict, [letter])
+
+    assert result.replayed == [] and "in the master dataset already" in result.invalid[str(letter["id"])][0].message
+    assert _merchants(strict) == Counter({"ok-1": 1})
