@@ -84,7 +84,8 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
     from deltalake import DeltaTable
     from pyspark.sql import functions as F
 
-    from serving.store.keys import Keys, row_parts
+    from serving.store.keys import Keys
+    from serving.store.row_format import row_parts
 
     problems = []
     if a_result["events"] != events:

@@ -37,7 +37,8 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 from batch_layer.faults import fault_point
 from serving.store.columns import key_column, window_column
 from serving.store.connection import redis_client, store_keys
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys
+from serving.store.keys import Keys
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from serving.store.segments import (
     EPOCH_CHANGED,
     ROWS_CHANGED,

@@ -31,7 +31,7 @@ from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
 from serving.store.generations import Generations
-from serving.store.keys import row_parts
+from serving.store.row_format import row_parts
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from serving.store import hyperloglog, packed
 from serving.store.columns import bucket_name_column, key_column, row_value_column, suffix_column
 from serving.store.connection import redis_client, store_keys
 from serving.store.errors import GenerationLostError, LogicConflictError, StoreUnavailableError
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys
+from serving.store.keys import Keys
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic.views import WINDOW_START, View
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType
 
-from serving.store.keys import EXACT_DISTINCT_MAX, KEY_SEPARATOR, WINDOW_SEPARATOR, Keys
+from serving.store.keys import KEY_SEPARATOR, WINDOW_SEPARATOR, Keys
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic.measures import Sum
 from shared_logic.views import View
 

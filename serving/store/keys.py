@@ -38,7 +38,7 @@ A *key* is the view's key values joined by ``|``. Windowed views keep one hash (
 and the window start in epoch seconds); a *field* (key, or key@ws) names one row.
 
 A row is one hash field holding all its parts (a read is one HGET), its distinct values exact up to
-``EXACT_DISTINCT_MAX`` and a HyperLogLog above; sorted sets are built on first use (``serving.store.rankings``).
+``row_format.EXACT_DISTINCT_MAX`` and a HyperLogLog above; sorted sets are built on first use (``serving.store.rankings``).
 Everything of generation G lives under ``lp:p:g:{G}:``, of segment B under ``lp:p:s:{B}:``: loaded beside what is
 served, dropped whole.
 """
@@ -49,8 +49,6 @@ import functools
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-
-from shared_logic.views import View
 
 #: The Lua twins of the ``Keys`` names that scripts build per row (a script cannot ask Python); every script that
 #: names a view's keys starts with this. ``vp`` is a generation's or segment's view prefix (``lp:p:g:{G}:{view}`` /
@@ -82,8 +80,6 @@ local function active_key(P) return P .. ':active' end
 
 KEY_SEPARATOR = "|"
 WINDOW_SEPARATOR = "@"
-#: A batch or realtime row keeps its distinct values exactly up to this many; above it, as a HyperLogLog.
-EXACT_DISTINCT_MAX = 64
 
 
 def encode_key(key: Sequence[str] | str) -> str:
@@ -347,8 +343,3 @@ class Keys:
 @functools.lru_cache(maxsize=4096)
 def _bucket(keys: Keys, index: int) -> Keys:
     return replace(keys, bucket_index=index)
-
-
-def row_parts(view: View) -> list[str]:
-    """The order of a batch row's parts in Redis: scalar measures, then distinct measures."""
-    return [m.name for m in (*view.scalar_measures, *view.distinct_measures)]

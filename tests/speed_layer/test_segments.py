@@ -13,7 +13,8 @@ import redis
 from pyspark.sql import functions as F
 
 from serving.store.generations import ensure_epoch
-from serving.store.keys import Keys, encode_key, row_parts
+from serving.store.keys import Keys, encode_key
+from serving.store.row_format import row_parts
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 

@@ -23,8 +23,9 @@ from serving.api.key_pages import Listing, page_answer
 from serving.api.queries import key_answer
 from serving.store.errors import StoreUnavailableError
 from serving.store.generations import ensure_epoch
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys, row_parts
+from serving.store.keys import Keys
 from serving.store.reader import ServingStore
+from serving.store.row_format import EXACT_DISTINCT_MAX, row_parts
 from serving.store.segments import MAX_CHUNK_ROWS
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import (

@@ -16,7 +16,8 @@ import pytest
 
 from batch_layer.recompute import publish
 from serving.store.connection import redis_client, store_keys
-from serving.store.keys import EXACT_DISTINCT_MAX, encode_field
+from serving.store.keys import encode_field
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 
 HOURS = [datetime(2026, 11, 26, h, tzinfo=timezone.utc) for h in (3, 4)]

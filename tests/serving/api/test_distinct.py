@@ -23,7 +23,8 @@ import redis
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys
+from serving.store.keys import Keys
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.support.speed import assert_exact, running_speed_layer, wait_caught_up

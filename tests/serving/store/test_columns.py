@@ -18,7 +18,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from serving.store.columns import bucket_column, bucket_name_column, key_column, row_value_column, suffix_column
-from serving.store.keys import EXACT_DISTINCT_MAX, Keys, encode_key, suffix
+from serving.store.keys import Keys, encode_key, suffix
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic.measures import Count, Distinct, Max, Sum
 from shared_logic.views import TumblingWindow, View
 
