@@ -31,3 +31,7 @@ class KafkaBrokerError(DeployError):
 
 class KafkaJarsError(KafkaBrokerError):
     """The broker's jars could not be resolved (Java missing, Maven repository unreachable, artifact not found)."""
+
+
+class KafkaIngestBusyError(DeployError):
+    """Another Kafka ingest of the pipeline runs on this data dir: one query per checkpoint."""

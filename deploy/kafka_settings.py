@@ -32,7 +32,8 @@ class KafkaSettings(BaseSettings):
     kafka_starting_offsets: Literal["earliest", "latest"] = Field(
         "earliest", description="Where a new ingest query starts in each partition (later: from its checkpoint).")
     kafka_max_offsets_per_trigger: int = Field(
-        100_000, ge=1, description="Most records one micro-batch of the ingest reads (bounds the driver's memory).")
+        20_000, ge=1, description="Most records one micro-batch of the ingest reads: with the 64 KiB cap of one "
+                                  "record (larger ones are dead letters), it bounds the driver's memory.")
     kafka_trigger_seconds: float = Field(
         0.5, ge=0.05, le=3600, description="How often the ingest looks for new records (seconds).")
     kafka_options: Annotated[dict[str, SecretStr], NoDecode] = Field(

@@ -168,9 +168,8 @@ class MasterDataset:
         ``txn``: the engine's ``append`` options (``app_id``/``app_version``, ``app_transactions``
         for several application transactions in the one commit, ``metadata``).
         """
-        self.ensure()
-        reader = events.to_reader() if isinstance(events, pa.Table) else events
-        return self.engine.append(self.path, reader, **txn)  # type: ignore[arg-type]
+        self.ensure()  # a table (not a stream) is retried safely on a transient I/O fault
+        return self.engine.append(self.path, events, **txn)  # type: ignore[arg-type]
 
     def appender(self) -> Appender:
         """A long-lived writer for streams of small commits (HTTP ingest); creates the table if needed.

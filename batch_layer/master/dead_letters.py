@@ -145,7 +145,8 @@ class DeadLetters:
             return None
         rows = pa.Table.from_pylist([letter.row() for letter in letters], schema=SCHEMA)
         try:
-            version = self.engine.append(self.path, rows.to_reader(), app_id=app_id, app_version=app_version,
+            txns = [(app_id, app_version)] if app_id is not None and app_version is not None else []
+            version = self.engine.append(self.path, rows, app_transactions=txns,  # a table: retried safely
                                          metadata={"lambda.dead_letters": letters[0].source})
         except CommitConflictError:
             return None  # another writer recorded this very transaction first

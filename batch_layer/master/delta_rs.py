@@ -98,14 +98,27 @@ class DeltaRsEngine:
             return now.version
         return table.version()
 
-    @_retry_io
-    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader | pa.Table, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
-        table = self._open(path)
+        """One commit. An application transaction already recorded at that version or later commits nothing and
+        raises CommitConflictError (checked on the handle that commits: a concurrent commit of it is refused too).
+        A table is retried on a transient I/O fault (after checking its transactions again: the failed attempt
+        may have landed); a stream is sent once (a retry would send what is left of it)."""
         pairs = list(app_transactions)
         if app_id is not None and app_version is not None:
             pairs.insert(0, (app_id, app_version))
+        if isinstance(data, pa.RecordBatchReader):
+            return self._append_once(path, data, pairs, metadata)
+        return _retry_io(self._append_once)(path, data, pairs, metadata)
+
+    def _append_once(self, path: Location, data: pa.RecordBatchReader | pa.Table, pairs: Sequence[tuple[str, int]],
+                     metadata: Mapping[str, str] | None) -> int:
+        table = self._open(path)
+        recorded = [(a, v) for a, v in pairs if _at_least(table.transaction_version(a), v)]
+        if recorded:
+            raise CommitConflictError(f"append to {path} not committed: transaction {recorded[0][0]!r} version "
+                                      f"{recorded[0][1]} is already recorded")
         return _append(table, data, pairs, metadata)
 
     def appender(self, path: Location) -> DeltaRsAppender:
@@ -230,6 +243,10 @@ class DeltaRsAppender:
             if commit is not None and commit.records_transaction(app_id):
                 return CommittedTransaction(app_id, app_version, version, commit.info)
         return CommittedTransaction(app_id, app_version, None, {})
+
+
+def _at_least(recorded: int | None, version: int) -> bool:
+    return recorded is not None and recorded >= version
 
 
 def _append(table: DeltaTable, data: pa.Table | pa.RecordBatchReader, txns: Sequence[tuple[str, int]],

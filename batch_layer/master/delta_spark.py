@@ -155,7 +155,7 @@ class DeltaSparkEngine:
         as its own ``ALTER TABLE ... ADD COLUMNS``."""
         return self._rs.add_columns(path, fields, metadata=metadata)
 
-    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader | pa.Table, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         """One commit; through JVM Delta when this process runs Spark, else through delta-rs.

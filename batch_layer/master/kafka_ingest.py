@@ -26,6 +26,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,12 @@ import pyarrow as pa
 from batch_layer.errors import IngestError
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
-from batch_layer.master.dead_letters import DeadLetter, DeadLetters
+from batch_layer.master.dead_letters import RAW_LIMIT, DeadLetter, DeadLetters
+from batch_layer.master.storage import CommitConflictError
+from shared_logic.errors import EventProblem
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,19 @@ log = logging.getLogger(__name__)
 KAFKA_SOURCE_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 #: The columns of a Kafka record the ingest reads.
 _RECORD_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")
+#: Largest record taken as an event (one flat JSON object); a larger one is a dead letter, and only its first
+#: ``RAW_LIMIT`` bytes reach the driver. With ``max_offsets_per_trigger`` it bounds a micro-batch's memory.
+MAX_RECORD_BYTES = 64 * 1024
+
+
+def _record_time(stamp: datetime | None) -> datetime | None:
+    """A Kafka record's timestamp, or None when it has none (Kafka's -1 reaches Spark as 1969-12-31T23:59:59.999)."""
+    return stamp if stamp is not None and stamp.timestamp() > 0 else None
+
+
+def _too_big(size: int) -> str:
+    return (f"the record is {size:,} bytes, over the {MAX_RECORD_BYTES:,}-byte limit of one event "
+            f"(its first {RAW_LIMIT:,} bytes are kept)")
 
 
 def kafka_package() -> str:
@@ -67,7 +83,7 @@ class KafkaSource:
     topics: tuple[str, ...] = ()
     pattern: str | None = None
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = 100_000
+    max_offsets_per_trigger: int | None = 20_000
     options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +169,12 @@ class MasterWriter:
         return self._app_id
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        outcome = self.write(frame.select(*_RECORD_COLUMNS).toArrow(), batch_id)
+        from pyspark.sql import functions as F
+
+        size = F.length("value")  # an oversized record reaches the driver cut (it becomes a dead letter)
+        value = F.when(size > MAX_RECORD_BYTES, F.substring("value", 1, RAW_LIMIT)).otherwise(F.col("value"))
+        columns: list[Column | str] = [value.alias("value"), *_RECORD_COLUMNS[1:], size.alias("size")]
+        outcome = self.write(frame.select(*columns).toArrow(), batch_id)
         self.totals.add(outcome)
 
     def write(self, records: pa.Table, batch_id: int) -> BatchOutcome:
@@ -163,18 +184,26 @@ class MasterWriter:
         done = engine.transaction_version(path, self.app_id)
         replayed = done is not None and done >= batch_id
         rows = records.to_pydict()
-        values = rows["value"]
-        stamps = rows["timestamp"]
-        sorted_ = self.master.pipeline.schema.sort_json_records(list(zip(values, stamps, strict=True)))
+        values, stamps = rows["value"], [_record_time(t) for t in rows["timestamp"]]
+        sizes = rows.get("size") or [0] * len(values)
+        big = {i: size for i, size in enumerate(sizes) if size and size > MAX_RECORD_BYTES}
+        sorted_ = self.master.pipeline.schema.sort_json_records(
+            [(None if i in big else v, t) for i, (v, t) in enumerate(zip(values, stamps, strict=True))])
+        refused = [(i, (EventProblem(f"record {i}", "(event)", _too_big(big[i])),) if i in big else problems)
+                   for i, problems in sorted_.refused]
         version = None
         fault_point("kafka-before-master")
         if not replayed and sorted_.events.num_rows:
-            version = self.master.append(sorted_.events, app_id=self.app_id, app_version=batch_id,
-                                         metadata={"lambda.source": "kafka"})
+            try:  # through delta-rs on either engine (app_transactions): JVM Delta's local commit can overwrite
+                # a concurrent delta-rs commit (``delta_spark``), and HTTP ingest commits through delta-rs
+                version = self.master.append(sorted_.events, app_transactions=[(self.app_id, batch_id)],
+                                             metadata={"lambda.source": "kafka"})
+            except CommitConflictError:  # another ingester, or a retry whose first attempt landed: it is there
+                replayed = True
         fault_point("kafka-after-master")
         letters = [DeadLetter.of_problems(values[i], "kafka", problems, topic=rows["topic"][i],
                                           partition=rows["partition"][i], offset=rows["offset"][i])
-                   for i, problems in sorted_.refused]
+                   for i, problems in refused]
         self.dead_letters.append(letters, app_id=self.app_id, app_version=batch_id)
         fault_point("kafka-after-letters")
         outcome = BatchOutcome(batch_id, records.num_rows, 0 if replayed else sorted_.events.num_rows,

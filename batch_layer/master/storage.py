@@ -114,7 +114,7 @@ class StorageEngine(Protocol):
         same columns is fine (the version returned is then the table's newest).
         """
 
-    def append(self, path: Location, data: pa.RecordBatchReader, *, app_id: str | None = None,
+    def append(self, path: Location, data: pa.RecordBatchReader | pa.Table, *, app_id: str | None = None,
                app_version: int | None = None, metadata: Mapping[str, str] | None = None,
                app_transactions: Sequence[tuple[str, int]] = ()) -> int:
         """Append ``data`` in one commit and return its version.

@@ -21,6 +21,8 @@ from redis.exceptions import RedisClusterException, RedisError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
 from batch_layer.master.kafka_ingest import IngestTotals, KafkaSource, MasterWriter, partition_lags, start_ingest
+from batch_layer.recompute.lock import RunLock
+from deploy.errors import KafkaIngestBusyError
 from serving.store.connection import redis_client, store_keys
 from serving.store.ingest_status import IngestStatusRecord, PartitionLagRecord
 
@@ -61,6 +63,18 @@ def run_kafka_ingest(spark: SparkSession, settings: Settings, pipeline: Pipeline
         log.info("kafka ingest: pipeline %s reads no Kafka topic (LAMBDA_KAFKA_TOPICS)", pipeline.name)
         stop.wait()
         return
+    lock = RunLock(settings.data_dir.resolve() / "locks" / f"kafka-ingest-{settings.pipeline_slug}.lock")
+    if not lock.acquire():  # one query per checkpoint: a second one would run batches the first runs too
+        raise KafkaIngestBusyError(f"another Kafka ingest of pipeline {pipeline.name} runs on this data dir "
+                                   f"(process {lock.holder() or '?'}, lock {lock.path}): stop it first; `up` runs one")
+    try:
+        _ingest(spark, settings, pipeline, source, redis_url, stop)
+    finally:
+        lock.release()
+
+
+def _ingest(spark: SparkSession, settings: Settings, pipeline: Pipeline, source: KafkaSource, redis_url: str,
+            stop: threading.Event) -> None:
     client = redis_client(redis_url, fail_fast=True)
     status = IngestStatusRecord(client, store_keys(pipeline.name, redis_url).kafka)
     master, dead = MasterDataset.open(settings, pipeline), DeadLetters.open(settings, pipeline.name)

@@ -57,12 +57,20 @@ def _env(settings: Settings, redis_url: str) -> dict[str, str]:
     for name, value in values.items():
         if value is None:
             continue
-        if isinstance(value, SecretStr):  # the children need the secret itself, never its mask
-            value = value.get_secret_value()
+        value = _revealed(value)  # the children need the secrets themselves, never their masks
         env[f"LAMBDA_{name.upper()}"] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     env.setdefault("LAMBDA_MASTER_COMPACT_EVERY", "off")  # master_compact_every None: 'off', not the default
     env["LAMBDA_ENV_FILE"] = os.devnull  # everything is in the environment already
     return env
+
+
+def _revealed(value: object) -> object:
+    """``value`` with every SecretStr in it (a dict's values too: LAMBDA_KAFKA_OPTIONS) as its secret."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {k: _revealed(v) for k, v in value.items()}
+    return value
 
 
 def command_hint() -> str:

@@ -60,3 +60,19 @@ def test_client_options_reach_the_source_and_nothing_else(tmp_path: Path) -> Non
         load_settings(data_dir=tmp_path, kafka_bootstrap_servers="k:9092", kafka_topics="t",
                       kafka_options=json.dumps({"sasl.jaas.config": 5, "x": _SECRET}) + "}")
     assert _SECRET not in "".join(traceback.format_exception(raised.value))
+
+
+def test_up_hands_its_children_the_client_options_themselves(tmp_path: Path) -> None:
+    """``up`` passes every setting to its children as LAMBDA_* variables: the Kafka client options (secrets
+    inside a JSON object) arrive as the secrets, and read back as the same settings."""
+    from deploy.supervision.launcher import _env
+
+    options = {"sasl.jaas.config": f"password={_SECRET}", "security.protocol": "SASL_SSL"}
+    settings = load_settings(data_dir=tmp_path, kafka_bootstrap_servers="k:9092", kafka_topics="t",
+                             kafka_options=json.dumps(options))
+    env = _env(settings, "redis://localhost:6379/0")
+    assert json.loads(env["LAMBDA_KAFKA_OPTIONS"]) == options
+    assert json.loads(env["LAMBDA_KAFKA_TOPICS"]) == {"wordcount": "t"}
+    child = load_settings(kafka_bootstrap_servers=env["LAMBDA_KAFKA_BOOTSTRAP_SERVERS"],
+                          kafka_topics=env["LAMBDA_KAFKA_TOPICS"], kafka_options=env["LAMBDA_KAFKA_OPTIONS"])
+    assert child.kafka_client_options() == options

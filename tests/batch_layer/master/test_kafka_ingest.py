@@ -20,7 +20,7 @@ from batch_layer.errors import IngestError
 from batch_layer.faults import injected
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
-from batch_layer.master.kafka_ingest import KafkaSource, MasterWriter, partition_lags
+from batch_layer.master.kafka_ingest import MAX_RECORD_BYTES, KafkaSource, MasterWriter, partition_lags
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 
@@ -118,11 +118,26 @@ def test_a_batch_of_dead_letters_only_is_kept_once_and_the_next_batch_still_land
     assert [r["text"] for r in _master_rows(writer)] == ["after"]
 
 
+def test_an_oversized_record_is_a_dead_letter_and_a_missing_kafka_timestamp_is_no_time(writer: MasterWriter) -> None:
+    records = _records([b'{"text": "big"}', b'{"text": "no timestamp"}'])
+    records = records.set_column(4, "timestamp", pa.array([_T0, datetime(1969, 12, 31, 23, 59, 59, 999000,
+                                                                         tzinfo=timezone.utc)], _KAFKA.field(4).type))
+    records = records.append_column("size", pa.array([MAX_RECORD_BYTES + 1, 30], pa.int32()))
+    before = datetime.now(timezone.utc)
+
+    outcome = writer.write(records, batch_id=0)
+
+    [row] = _master_rows(writer)
+    assert row["text"] == "no timestamp" and row["event_time"] >= before  # Kafka's -1: no record time
+    [letter] = writer.dead_letters.page().letters
+    assert letter["offset"] == 0 and "over the 65,536-byte limit" in letter["reason"] and outcome.dead == 1
+
+
 def test_a_source_reads_topics_or_a_pattern_and_passes_client_options_through() -> None:
     source = KafkaSource("b:9092", topics=("a", "b"), options={"security.protocol": "SASL_SSL"})
     options = source.reader_options()
     assert options["subscribe"] == "a,b" and options["kafka.security.protocol"] == "SASL_SSL"
-    assert options["kafka.isolation.level"] == "read_committed" and options["maxOffsetsPerTrigger"] == "100000"
+    assert options["kafka.isolation.level"] == "read_committed" and options["maxOffsetsPerTrigger"] == "20000"
     assert "SASL" not in repr(source) and "SASL" not in source.described
     assert KafkaSource("b:9092", pattern="pay-.*").reader_options()["subscribePattern"] == "pay-.*"
     with pytest.raises(IngestError, match="exactly one"):
