@@ -78,10 +78,14 @@ def feed_topic(settings: Settings, args: argparse.Namespace) -> int:
                           "LAMBDA_KAFKA_TOPICS (a pattern names no topic to produce to)")
     if bool(args.files) == (args.demo is not None):
         raise ConfigError("give either FILE... or --demo N")
-    # librdkafka's own lines (a retry while a fresh broker loads its coordinator...): errors only, all with -v
-    producer = Producer({**settings.kafka_client_options(), "bootstrap.servers": bootstrap,
-                         "enable.idempotence": True, "linger.ms": 20, "log_level": 7 if args.verbose else 3},
-                        logger=logging.getLogger("librdkafka"))
+    options = settings.kafka_client_options()
+    try:  # librdkafka's own lines (a retry while a fresh broker loads its coordinator...): errors only, all with -v
+        producer = Producer({**options, "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                             "log_level": 7 if args.verbose else 3}, logger=logging.getLogger("librdkafka"))
+    except KafkaException as e:  # librdkafka quotes a bad value: never show an option's value
+        raise ConfigError(f"LAMBDA_KAFKA_OPTIONS: the producer refuses them ({_unquoted(str(e), options)}); `kafka "
+                          "feed` uses librdkafka, whose names differ from the Java client's in places (no "
+                          "sasl.jaas.config: sasl.username and sasl.password)") from None
     failures: list[str] = []
     sent = 0
     try:
@@ -98,6 +102,13 @@ def feed_topic(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     console.print(f"[green]produced {sent} records[/] to topic {escape(topic)} on {escape(bootstrap)}")
     return EXIT_OK
+
+
+def _unquoted(message: str, options: dict[str, str]) -> str:
+    for value in sorted(options.values(), key=len, reverse=True):
+        if value:
+            message = message.replace(value, "***")
+    return message
 
 
 def _produce(producer: Producer, topic: str, value: bytes, failures: list[str]) -> None:
