@@ -4,6 +4,7 @@
 
     git worktree add /tmp/before <commit>   # the code before the change (a clean clone works too)
     python benchmarks/versus.py /tmp/before .
+    python benchmarks/versus.py --reread /tmp/lambda-versus-XXXX x x   # the report of a finished run again
 
 Each named benchmark of the suite (``_suite_measures.BENCHES``, quick arguments) runs as a child process
 in each checkout (its own scripts, its own code first on ``PYTHONPATH``, this interpreter), before then
@@ -39,18 +40,43 @@ def _run(bench: Bench, checkout: Path, out: Path) -> dict[str, float]:
     if rc != 0 or not out.exists():
         print(f"    {bench.name} in {checkout} exited {rc}; see {out.with_suffix('.log')}", flush=True)
         return {}
+    return _figures(out)
+
+
+def _flat(figures: object, prefix: str = "") -> dict[str, object]:
+    """Nested figures as ``name.sub[0].leaf`` -> value."""
+    if isinstance(figures, dict):
+        return {k: v for key, value in figures.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    if isinstance(figures, list):
+        return {k: v for i, value in enumerate(figures) for k, v in _flat(value, f"{prefix[:-1]}[{i}].").items()}
+    return {prefix[:-1]: figures}
+
+
+def _figures(out: Path) -> dict[str, float]:
     figures = json.loads(out.read_text())["figures"]
     return {k: float(v) for k, v in _flat(figures).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _flat(figures: dict[str, object], prefix: str = "") -> dict[str, object]:
-    flat: dict[str, object] = {}
-    for key, value in figures.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+def _report(name: str, found: dict[str, dict[str, list[float]]]) -> None:
+    print(f"\n{name}: median before | median after | after / before   (runs before; after)")
+    for figure in sorted(set(found["before"]) & set(found["after"])):
+        before, after = (statistics.median(found[side][figure]) for side in ("before", "after"))
+        ratio = after / before if before else float("nan")
+        runs = "; ".join(" ".join(f"{v:,.3g}" for v in found[side][figure]) for side in ("before", "after"))
+        print(f"  {figure:<36} {before:>12,.4g} | {after:>12,.4g} | {ratio:6.2f}x   ({runs})")
+    sys.stdout.flush()
+
+
+def _reread(folder: Path) -> None:
+    """The report of a finished run from its figure files (``<bench>-<side>-<round>.json``)."""
+    by_bench: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for out in sorted(folder.glob("*-*-*.json")):
+        bench, side, _round = out.stem.rsplit("-", 2)
+        found = by_bench.setdefault(bench, {"before": {}, "after": {}})
+        for figure, value in _figures(out).items():
+            found[side].setdefault(figure, []).append(value)
+    for bench, found in by_bench.items():
+        _report(bench, found)
 
 
 def main() -> None:
@@ -60,7 +86,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=["speed_1k", "batch", "query", "freshness"],
                         choices=[b.name for b in BENCHES])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--reread", type=Path, help="only print the report of a finished run's folder")
     args = parser.parse_args()
+    if args.reread:
+        _reread(args.reread)
+        return
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
     work = Path(tempfile.mkdtemp(prefix="lambda-versus-"))
     for bench in (b for b in BENCHES if b.name in args.only):
@@ -73,13 +103,7 @@ def main() -> None:
                     found[side].setdefault(name, []).append(value)
                 print(f"  {bench.name} round {round_} {side}: {len(figures)} figures "
                       f"({time.perf_counter() - started:.0f} s)", flush=True)
-        print(f"\n{bench.name}: median before | median after | after / before   (runs before; after)")
-        for name in sorted(set(found["before"]) & set(found["after"])):
-            before, after = (statistics.median(found[side][name]) for side in sides)
-            ratio = after / before if before else float("nan")
-            runs = "; ".join(" ".join(f"{v:,.3g}" for v in found[side][name]) for side in sides)
-            print(f"  {name:<36} {before:>12,.4g} | {after:>12,.4g} | {ratio:6.2f}x   ({runs})")
-        sys.stdout.flush()
+        _report(bench.name, found)
     print(f"\nlogs and figures: {work}")
 
 
