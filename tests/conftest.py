@@ -108,9 +108,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
     from deploy.runtime.spark import build_spark
 
+    # No class-data-sharing archive: this JVM ends with the test process, so it would dump one (200 MB, a core
+    # for about a minute) at every exit and never adopt it (only a command's own stop does: deploy.cli.main).
     settings = load_settings(
         data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,
-        storage_engine="delta-spark",
+        storage_engine="delta-spark", spark_class_archive_dir="",
     )
     with _ivy_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
         session = build_spark(settings, "lambda-tests")
