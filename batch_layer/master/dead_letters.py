@@ -141,15 +141,13 @@ class DeadLetters:
         if not letters:
             return None
         self.engine.ensure_table(self.path, SCHEMA, name=f"dead_letters_{self.pipeline}", change_feed=False)
-        if app_id is not None and app_version is not None and self.recorded(app_id) >= app_version:
-            return None
         rows = pa.Table.from_pylist([letter.row() for letter in letters], schema=SCHEMA)
         try:
             txns = [(app_id, app_version)] if app_id is not None and app_version is not None else []
             version = self.engine.append(self.path, rows, app_transactions=txns,  # a table: retried safely
                                          metadata={"lambda.dead_letters": letters[0].source})
         except CommitConflictError:
-            return None  # another writer recorded this very transaction first
+            return None  # the transaction is recorded already: a replay, or another writer first
         log.warning("%d dead letter(s) of pipeline %s kept at version %d (first: %s)", len(letters),
                     self.pipeline, version, letters[0].reason[:200])
         return version
@@ -168,13 +166,6 @@ class DeadLetters:
         """Letters per source, cheaply enough for every metrics scrape (see ``_Counts``)."""
         return self._counting.read()
 
-    def recorded(self, app_id: str) -> int:
-        """The newest version of application transaction ``app_id`` recorded here (-1: none)."""
-        if self.engine.latest_version(self.path) is None:
-            return -1
-        found = self.engine.transaction_version(self.path, app_id)
-        return -1 if found is None else found
-
     def count(self) -> int:
         return self.page(limit=0).total
 
@@ -182,22 +173,22 @@ class DeadLetters:
              limit: int = 100, newest_first: bool = False) -> DeadLetterPage:
         """Letters oldest first (newest first with ``newest_first``), filtered by ``source`` (exact) and
         ``reason`` (case-insensitive substring), ``limit`` from ``offset``."""
-        table = self._read()
-        keep = _matching(table, source, reason)
-        if keep is not None:
-            table = table.filter(keep)
-        table = table.sort_by([("dead_at", "descending" if newest_first else "ascending"), ("id", "ascending")])
+        table = self._selected(None, source, reason, newest_first)
         return DeadLetterPage(table.slice(offset, limit).to_pylist() if limit else [], table.num_rows)
 
     def select(self, *, ids: Sequence[str] | None = None, source: str | None = None,
                reason: str | None = None) -> list[dict[str, object]]:
         """Every letter with one of ``ids`` (all letters: None), of ``source``, whose reason holds ``reason``,
         oldest first (what ``dead-letters replay`` replays)."""
+        return self._selected(ids, source, reason, newest_first=False).to_pylist()
+
+    def _selected(self, ids: Sequence[str] | None, source: str | None, reason: str | None,
+                  newest_first: bool) -> pa.Table:
         table = self._read(ids=ids)
         keep = _matching(table, source, reason)
         if keep is not None:
             table = table.filter(keep)
-        return table.sort_by([("dead_at", "ascending"), ("id", "ascending")]).to_pylist()
+        return table.sort_by([("dead_at", "descending" if newest_first else "ascending"), ("id", "ascending")])
 
     def _read(self, *, ids: Sequence[str] | None = None, columns: list[str] | None = None) -> pa.Table:
         if self.engine.latest_version(self.path) is None:
