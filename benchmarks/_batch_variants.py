@@ -109,12 +109,12 @@ def verify(spark: Any, settings: Any, pipeline: Any, b_out: Path, a_result: dict
     # Redis: A's generation is served with one row per gold row, and each row's merchants are there
     # once: as an exact list in the row, or as a sketch key.
     from serving.store.connection import redis_client
-    from serving.store.generations import served_generation
+    from serving.store.session import PipelineStore
 
     client = redis_client(redis_url)
     keys = Keys(pipeline.name)
     generation = a_result["generation"]
-    served = served_generation(client, keys)
+    served = PipelineStore(client, keys).served_generation()
     if served != generation:
         problems.append(f"Redis serves generation {served}, run_batch published {generation}")
     for view in pipeline.views:

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _harness import embedded_redis, git_commit
 
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import ensure_epoch
+from serving.store.session import PipelineStore
 from speed_layer import segments
 
 VIEW = "spend_by_user_hourly"
@@ -67,7 +67,7 @@ def make_rows(n: int, users: int, windows: int, seed: int) -> list[tuple]:
 def _platform(client, url: str, rows: list[tuple], chunk: int, batch: int = 0) -> None:
     """``rows`` applied as micro-batch ``batch`` (each a new tag: the one before is committed)."""
     keys = store_keys("payments", url)
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     amounts = [str(float(a)) for _, _, a, _ in rows]
     table = pa.table({

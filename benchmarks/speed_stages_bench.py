@@ -41,7 +41,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from deploy.settings import load_settings
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import ensure_epoch
+from serving.store.session import PipelineStore
 from shared_logic import load_pipeline
 from speed_layer import segments
 
@@ -84,7 +84,7 @@ def main() -> None:
             files = DeltaTable(str(settings.master_path)).file_uris()
             client = redis_client(redis_url)
             keys = store_keys(pipeline.name, redis_url)
-            epoch, served = ensure_epoch(client, keys), int(client.get(keys.current) or 0)
+            epoch, served = PipelineStore(client, keys).ensure_epoch(), int(client.get(keys.current) or 0)
 
             def events() -> DataFrame:
                 rows = spark.read.schema(from_arrow_schema(master.schema)).parquet(*files).where("_kind = 'event'")

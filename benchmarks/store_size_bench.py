@@ -113,16 +113,16 @@ def _load(client: Any, hash_key: str, rows: int, value: Any) -> None:
 def publish_generation(client: Any, rows: int, generation: int = 1) -> None:
     """One served generation of ``rows`` rows, laid out as the batch publish lays it out."""
     from serving.store.generation_meta import GenerationMeta
-    from serving.store.generations import Generations
     from serving.store.keys import Keys
+    from serving.store.session import PipelineStore
 
-    store = Generations(client, Keys(PIPELINE))
+    store = PipelineStore(client, Keys(PIPELINE))
     epoch = store.ensure_epoch()
-    store.begin(generation, epoch)
+    store.generations.begin(generation, epoch)
     _load(client, store.keys.rows(generation, VIEW), rows, lambda i: json.dumps([_count(i)], separators=(",", ":")))
     meta = GenerationMeta(run_id="store-size-bench", computed_at=time.time(), events=rows, rows={VIEW: rows},
                           measures={VIEW: [MEASURE]}, integral={VIEW: [MEASURE]})
-    if not store.flip(generation, epoch, meta):
+    if not store.generations.flip(generation, epoch, meta):
         raise SystemExit("the generation was not flipped: is another one served in this Redis?")
 
 

@@ -30,8 +30,8 @@ from deploy.runtime.redis_cluster import LocalRedisCluster
 from deploy.runtime.redis_server import ensure_embedded_redis, stop_embedded_redis
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations
 from serving.store.reader import ServingStore
+from serving.store.session import PipelineStore
 
 PIPELINE, VIEW, MEASURE, GENERATION = "bench", "spend", "sum_amount", 7
 MERGES = {"threshold (combines='sum')": "sum", "every realtime row (combines='')": ""}
@@ -41,20 +41,20 @@ def _load(url: str, batch: int, realtime: int, seed: int) -> dict[str, float]:
     """Publish the generation and its segment; the merged value of every key (the oracle)."""
     rng = random.Random(seed)
     client, keys = redis_client(url), store_keys(PIPELINE, url)
-    store = Generations(client, keys)
+    store = PipelineStore(client, keys)
     epoch = store.ensure_epoch()
     parts_b = {f"user-{i}": round(rng.uniform(0, 1000), 2) for i in range(batch)}
     users = sorted(parts_b)
     parts_r = {(rng.choice(users) if i % 2 else f"new-{i}"): round(rng.uniform(0, 300), 2) for i in range(realtime)}
     gen = GENERATION + realtime  # one generation per size, each newer than the last (sizes ascending)
-    store.begin(gen, epoch)
+    store.generations.begin(gen, epoch)
     pipe = client.pipeline(transaction=False)
     for i, (key, value) in enumerate(parts_b.items()):
         pipe.hset(keys.for_key(key).rows(gen, VIEW), key, json.dumps([value]))
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
-    assert store.flip(gen, epoch, GenerationMeta(measures={VIEW: [MEASURE]}))
+    assert store.generations.flip(gen, epoch, GenerationMeta(measures={VIEW: [MEASURE]}))
     for bucket in keys.all_buckets():
         client.hset(bucket.segment_meta(gen), "processed", gen + 1)
     for i, (key, value) in enumerate(parts_r.items()):

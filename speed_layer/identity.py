@@ -26,18 +26,14 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING, NamedTuple
 
-from serving.store.generations import ensure_epoch, served_generation
 from serving.store.heartbeat import SpeedHealth
-from serving.store.logic import generation_logic
-from serving.store.segments import SEGMENT_LAYOUT, Segments
+from serving.store.segments import SEGMENT_LAYOUT
 from speed_layer.errors import NothingServedError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import redis
-
-    from serving.store.keys import Keys
+    from serving.store.session import PipelineStore
     from shared_logic.pipeline import Pipeline
     from speed_layer.config import SpeedConfig
 
@@ -61,19 +57,19 @@ class Identity(NamedTuple):
     starting: int
 
 
-def waiting_reason(client: redis.Redis, keys: Keys, checkpoint: Path) -> str | None:
+def waiting_reason(store: PipelineStore, checkpoint: Path) -> str | None:
     """Why the query cannot start now (None: it can): a fresh start needs a served generation."""
-    epoch = ensure_epoch(client, keys)
-    if _saved(checkpoint, epoch) is not None or served_generation(client, keys) is not None:
+    epoch = store.ensure_epoch()
+    if _saved(checkpoint, epoch) is not None or store.served_generation() is not None:
         return None
     return ("waiting for a batch generation to be published (none is served: no batch run yet, or Redis lost "
             "its data); the speed layer starts after it")
 
 
-def query_identity(client: redis.Redis, keys: Keys, pipeline: Pipeline, settings: SpeedConfig) -> Identity:
+def query_identity(store: PipelineStore, pipeline: Pipeline, settings: SpeedConfig) -> Identity:
     """The checkpoint's query if it can be resumed, else a new query (the policy above), its identity saved."""
     checkpoint = settings.speed_checkpoint_path
-    epoch = ensure_epoch(client, keys)
+    epoch = store.ensure_epoch()
     saved = _saved(checkpoint, epoch)
     relaid = False
     if saved is not None and saved.get("layout") != SEGMENT_LAYOUT:
@@ -91,7 +87,7 @@ def query_identity(client: redis.Redis, keys: Keys, pipeline: Pipeline, settings
         saved = None
     if saved is not None and saved["logic"] == pipeline.logic:
         return _resumed(saved, epoch, settings)
-    served = served_generation(client, keys)
+    served = store.served_generation()
     if served is None:
         raise NothingServedError(f"no batch generation of {pipeline.name!r} is served to start after")
     if saved is not None:
@@ -102,8 +98,8 @@ def query_identity(client: redis.Redis, keys: Keys, pipeline: Pipeline, settings
                     saved["logic"], pipeline.logic, served)
         shutil.rmtree(checkpoint)
     else:
-        _fresh_segments(client, keys, pipeline.logic, checkpoint, served, relaid=relaid)
-    return _started(client, keys, pipeline.logic, settings, epoch, served)
+        _fresh_segments(store, pipeline.logic, checkpoint, served, relaid=relaid)
+    return _started(store, pipeline.logic, settings, epoch, served)
 
 
 def _saved(checkpoint: Path, epoch: str) -> dict | None:
@@ -127,25 +123,23 @@ def _resumed(saved: dict, epoch: str, settings: SpeedConfig) -> Identity:
     return Identity(saved["query"], epoch, partitions, chunk, int(saved["starting"]))
 
 
-def _fresh_segments(client: redis.Redis, keys: Keys, logic: str, checkpoint: Path, served: int, *,
-                    relaid: bool) -> None:
+def _fresh_segments(store: PipelineStore, logic: str, checkpoint: Path, served: int, *, relaid: bool) -> None:
     """Before a fresh query: drop the segments if they are this logic's (or of another layout) to rebuild them
     from ``served`` on; a checkpoint left from before Redis lost its data goes."""
     if (checkpoint / _IDENTITY).exists():
         log.warning("Redis lost its data since the last run (epoch changed): rebuilding the realtime segments")
         shutil.rmtree(checkpoint)
-    if relaid or generation_logic(client, keys, served) == logic:
-        Segments(client, keys).reset(served)  # rebuilt from the served generation on
-        SpeedHealth(client, keys.speed).rebuilt_from(served)
+    if relaid or store.generation_logic(served) == logic:
+        store.segments.reset(served)  # rebuilt from the served generation on
+        SpeedHealth(store.client, store.keys.speed).rebuilt_from(served)
     else:  # not ours to rebuild: they stay, as after a change of logic (a checkpoint lost in between)
         log.warning("generation %d was computed under other logic than this code's %s: its segments are kept "
                     "and answers stay as they are until a batch run under this logic is served", served, logic)
 
 
-def _started(client: redis.Redis, keys: Keys, logic: str, settings: SpeedConfig, epoch: str,
-             served: int) -> Identity:
+def _started(store: PipelineStore, logic: str, settings: SpeedConfig, epoch: str, served: int) -> Identity:
     """A new query after generation ``served``: the other queries' guards and plans dropped, its identity saved."""
-    Segments(client, keys).forget_queries()
+    store.segments.forget_queries()
     identity = Identity(uuid.uuid4().hex[:12], epoch, settings.speed_write_partitions, settings.speed_chunk_rows,
                         served)
     checkpoint = settings.speed_checkpoint_path
@@ -153,5 +147,5 @@ def _started(client: redis.Redis, keys: Keys, logic: str, settings: SpeedConfig,
     (checkpoint / _IDENTITY).write_text(json.dumps({
         "query": identity.query, "epoch": epoch, "partitions": identity.partitions, "chunk": identity.chunk,
         "logic": logic, "layout": SEGMENT_LAYOUT, "format": CHECKPOINT_FORMAT, "starting": served}))
-    SpeedHealth(client, keys.speed).started(query=identity.query, started_after=served)
+    SpeedHealth(store.client, store.keys.speed).started(query=identity.query, started_after=served)
     return identity

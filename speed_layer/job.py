@@ -42,10 +42,8 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.object_store import table_uri
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import read_epoch
 from serving.store.heartbeat import SpeedHealth
-from serving.store.segment_commits import commit_processed
-from serving.store.segments import Segments
+from serving.store.session import PipelineStore
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from shared_logic.poison import data_error, isolate, view_rows, without
@@ -77,11 +75,10 @@ class SpeedLayer:
 
     def __init__(self, spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, *, redis_url: str) -> None:
         self.spark, self.settings, self.pipeline, self.redis_url = spark, settings, pipeline, redis_url
-        self.keys = store_keys(pipeline.name, redis_url)
+        keys = store_keys(pipeline.name, redis_url)
         self.master = MasterDataset.open(settings, pipeline)
         self.checkpoint = settings.speed_checkpoint_path
-        self.client = redis_client(redis_url)
-        self.segments = Segments(self.client, self.keys)
+        self.store = PipelineStore(redis_client(redis_url), keys)
         self.query_id = ""
         self.epoch = ""
         self.partitions = settings.speed_write_partitions
@@ -113,28 +110,27 @@ class SpeedLayer:
 
     def waiting_reason(self) -> str | None:
         """Why the query cannot start now (None: it can): a fresh start needs a served generation."""
-        return identity.waiting_reason(self.client, self.keys, self.checkpoint)
+        return identity.waiting_reason(self.store, self.checkpoint)
 
     def _identity(self) -> int:
         """Resume the checkpoint's query or start a new one (``speed_layer.identity``); returns the version the
         query reads after when Spark has no offsets for it. Raises NothingServedError when a new query has no
         served generation to start after."""
-        query = identity.query_identity(self.client, self.keys, self.pipeline, self.settings)
+        query = identity.query_identity(self.store, self.pipeline, self.settings)
         self.query_id, self.epoch, self.partitions, self.chunk = query.query, query.epoch, query.partitions, query.chunk
-        self._planner = Planner(self.client, self.keys, self.query_id, self.pipeline.logic, self.checkpoint,
-                                self.driver_rows)
+        self._planner = Planner(self.store, self.query_id, self.pipeline.logic, self.checkpoint, self.driver_rows)
         return query.starting
 
     def epoch_lost(self) -> bool:
         """True when Redis lost its data since the query started (its epoch marker changed or is gone)."""
-        return read_epoch(self.client, self.keys) != self.epoch
+        return self.store.read_epoch() != self.epoch
 
     def heartbeat(self, state: str | None = None) -> None:
         """Say the speed layer is alive (also when no new versions arrive), what it is doing (``state``, else
         what it waits for, else running), and where its Spark UI is ('' if off)."""
         state = state or self.waiting or "running"
-        SpeedHealth(self.client, self.keys.speed).beat(query=self.query_id, state=state,
-                                                       ui_url=self.spark.sparkContext.uiWebUrl or "")
+        SpeedHealth(self.store.client, self.store.keys.speed).beat(query=self.query_id, state=state,
+                                                                   ui_url=self.spark.sparkContext.uiWebUrl or "")
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -142,7 +138,7 @@ class SpeedLayer:
         if summary.last is None:
             return
         if summary.barriers:
-            self.segments.register(summary.barriers)
+            self.store.segments.register(summary.barriers)
         inside = ends_inside_version(self.checkpoint, batch_id)
         assert self._planner is not None, "the query's identity comes first (start)"
         plan = self._planner.plan(batch_id, summary, ends_inside=inside is not None)
@@ -245,7 +241,7 @@ class SpeedLayer:
         )
         increments = functools.reduce(DataFrame.unionByName, encoded)
         if plan.driver is not None:
-            return write_increments_from_driver(increments, spec, self.client)
+            return write_increments_from_driver(increments, spec, self.store.client)
         return write_increments(increments, spec, self.partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float, writing: float,
@@ -256,8 +252,8 @@ class SpeedLayer:
         if not bases:  # nothing of it is in any answer: the speed layer has not processed it for readers
             self.heartbeat()
             return
-        commit_processed(self.client, self.keys, bases, last)
-        SpeedHealth(self.client, self.keys.speed).record_success(  # a success: no longer failing, if it was
+        self.store.commit_processed(bases, last)
+        SpeedHealth(self.store.client, self.store.keys.speed).record_success(  # a success: no longer failing, if it was
             processed=last, batch_id=batch_id, heartbeat_at=time.time(), query=self.query_id,
             last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3), last_batch_poisoned=poisoned,
             state=self.waiting or "running",

@@ -9,7 +9,7 @@ meanwhile are skipped by the writes and the commit themselves (``serving.store``
 The tag is the micro-batch's highest version, or, when the micro-batch before ended inside a
 version and so was not committed, that one's tag: one *group* of micro-batches, one tag, whose
 undo logs go on holding the rows as they were before the group, and whose last commit shows it
-whole. A plan opening a group is on a replica before the group writes (``save_plan``).
+whole. A plan opening a group is on a replica before the group writes (``PipelineStore.save_plan``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,12 @@ import json
 import logging
 from typing import TYPE_CHECKING, NamedTuple
 
-from serving.store.logic import claim_segment, mark_waiting
-from serving.store.segment_commits import save_plan, saved_plan
-from serving.store.segments import Segments
 from speed_layer.input import Summary, ends_inside_version
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import redis
-
-    from serving.store.keys import Keys
+    from serving.store.session import PipelineStore
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +42,9 @@ class Plan(NamedTuple):
 class Planner:
     """The plans of one query's micro-batches (``query``, of pipeline logic ``logic``)."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, query: str, logic: str, checkpoint: Path,
-                 driver_rows: int) -> None:
-        self.client, self.keys, self.query, self.logic = client, keys, query, logic
+    def __init__(self, store: PipelineStore, query: str, logic: str, checkpoint: Path, driver_rows: int) -> None:
+        self.store, self.query, self.logic = store, query, logic
         self.checkpoint, self.driver_rows = checkpoint, driver_rows
-        self.segments = Segments(client, keys)
         #: Why a segment this query would write is not its to write (another logic holds it), if one is not.
         self.waiting: str | None = None
 
@@ -59,24 +52,23 @@ class Planner:
         """Micro-batch ``batch_id``'s plan: the stored one on a replay, else a new one, stored first.
         ``ends_inside``: the micro-batch ends inside a version (``speed_layer.input.ends_inside_version``)."""
         assert summary.last is not None, "a micro-batch without rows is not planned"
-        stored = saved_plan(self.client, self.keys, self.query)
+        stored = self.store.saved_plan(self.query)
         before: Plan | None = None
         if stored is not None:
             planned_id, planned = stored[0], _decoded(stored[1])
             if planned_id == batch_id:
                 if ends_inside and not planned.continues:  # a replay, maybe after the wait for a replica failed
-                    save_plan(self.client, self.keys, self.query, batch_id, stored[1], opens_group=True)
+                    self.store.save_plan(self.query, batch_id, stored[1], opens_group=True)
                 return planned
             if planned_id < batch_id and ends_inside_version(self.checkpoint, planned_id) is not None:
                 before = planned
-        bases = self._claimed(self.segments.live(summary.barriers))
+        bases = self._claimed(self.store.segments.live(summary.barriers))
         small = summary.rows is not None and summary.rows <= self.driver_rows
         versions = (summary.first, summary.end) if small and summary.first is not None and summary.end is not None \
             else None
         plan = Plan(bases, versions, before.tag if before is not None else summary.last, before is not None)
         record = {"bases": plan.bases, "driver": plan.driver, "tag": plan.tag, "continues": plan.continues}
-        save_plan(self.client, self.keys, self.query, batch_id, json.dumps(record),
-                  opens_group=ends_inside and before is None)
+        self.store.save_plan(self.query, batch_id, json.dumps(record), opens_group=ends_inside and before is None)
         return plan
 
     def _claimed(self, bases: list[int]) -> list[int]:
@@ -84,7 +76,7 @@ class Planner:
         The versions a refused segment would get are in the next generation of this logic."""
         mine, self.waiting = [], None
         for base in bases:
-            held = claim_segment(self.client, self.keys, base, self.logic, self.query)
+            held = self.store.claim_segment(base, self.logic, self.query)
             if held is None:
                 mine.append(base)
             elif self.waiting is None:
@@ -92,7 +84,7 @@ class Planner:
                                 f"{held.replace(':', ' ', 1)}, so its answers stay as they are")
         # The served segment (the lowest base) not ours: say which logic waits, so a scheduler of that logic
         # recomputes now (deploy.scheduling.scheduler), also when the served generation is of its logic (a rollback).
-        mark_waiting(self.client, self.keys, self.logic if bases and bases[0] not in mine else None)
+        self.store.mark_waiting(self.logic if bases and bases[0] not in mine else None)
         if self.waiting and not mine:
             log.info("speed layer %s", self.waiting)
         return mine

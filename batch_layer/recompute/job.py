@@ -30,8 +30,8 @@ from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations
 from serving.store.row_format import row_parts
+from serving.store.session import PipelineStore
 from shared_logic.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
     master = MasterDataset(settings.master_uri, pipeline, engine)
     keys = store_keys(pipeline.name, redis_url)
     with redis_client(redis_url) as client:  # closed also when the run fails
-        store = Generations(client, keys)
+        store = PipelineStore(client, keys)
         # The epoch before the barrier: had Redis lost its data after the barrier, the speed layer may
         # have served versions above it before the loss, so the flip must refuse this generation. (A
         # loss between the two is refused too: harmless, the next run publishes.)
@@ -110,7 +110,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
             event_count = snapshot.count = events.count()
         screen = poison.Screen(pipeline, events)
         with publish.refusals():
-            store.begin(generation, epoch)
+            store.generations.begin(generation, epoch)
 
         view_rows: dict[str, int] = {}
         for view in pipeline.views:
@@ -141,11 +141,11 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
             views={view.name: repr(view) for view in pipeline.views},
         )
         with stages.stage("flip") as flip, publish.refusals():
-            flipped = store.flip(generation, epoch, meta)
+            flipped = store.generations.flip(generation, epoch, meta)
             flip.count = generation if flipped else None
         if flipped:
             log.info("run %s: now serving generation %d", run_id, generation)
-            store.drop_stale()
+            store.generations.drop_stale()
             _prune_gold(settings, pipeline, generation)
         else:
             log.warning("run %s: a newer generation is already served; generation %d kept in gold only", run_id, generation)

@@ -44,11 +44,10 @@ from batch_layer.recompute.stages import StageRecord
 from deploy.scheduling.compactor import MasterCompactor
 from deploy.scheduling.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.errors import StoreUnavailableError
-from serving.store.generations import served_generation
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
-from serving.store.logic import generation_logic, waiting_for
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
+from serving.store.session import PipelineStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +86,7 @@ class BatchScheduler:
             log.warning("cannot read the master dataset's schema at start (%s); runs will report it", e)
         self.registry = RunRegistry.from_url(redis_url, pipeline.name)
         self.lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
-        self.keys = Keys(pipeline.name)
+        self.store = PipelineStore(self.registry.client, Keys(pipeline.name))
         every = check_schedule(settings.master_compact_every)
         self.compactor = MasterCompactor(self.master, every_seconds=every.interval if every else None,
                                          every_commits=settings.master_compact_commits,
@@ -150,12 +149,12 @@ class BatchScheduler:
         except EmptyMasterError as e:
             log.info("batch run %s skipped: %s", run.id, e)
             return "skipped", {"skip_reason": str(e)}
-        served = served_generation(self.registry.client, self.keys)
+        served = self.store.served_generation()
         self.registry.update(run.id, master_version=latest, served_before=served)
         if served is not None and self.logic_pending(served):
             log.info("batch run %s: generation %s holds logic %s, or the speed layer waits for a generation of this "
                      "code's logic %s: recomputing", run.id, served,
-                     generation_logic(self.registry.client, self.keys, served) or "unrecorded", self.pipeline.logic)
+                     self.store.generation_logic(served) or "unrecorded", self.pipeline.logic)
         elif served is not None and not run.force and not self.master.data_changed(served, latest):
             after = ("its latest version is that generation's barrier" if latest == served
                      else f"only commits that change no data (compaction, vacuum) came after that generation's "
@@ -179,9 +178,8 @@ class BatchScheduler:
         """The oldest master version a reader still needs: the served generation (its barrier) or the speed
         layer's last processed version, whichever is lower; None when nothing is served or Redis cannot tell."""
         try:
-            client = self.registry.client
-            served = served_generation(client, self.keys)
-            processed = SpeedHeartbeat.from_hash(client.hgetall(self.keys.speed)).processed
+            served = self.store.served_generation()
+            processed = SpeedHeartbeat.from_hash(self.store.client.hgetall(self.store.keys.speed)).processed
         except redis.RedisError as e:
             log.debug("oldest needed master version unknown: %s", e)
             return None
@@ -192,10 +190,9 @@ class BatchScheduler:
     def logic_pending(self, served: int) -> bool:
         """Generation ``served`` is of other logic than this code's, or the speed layer (running this code's logic)
         cannot write its segment and waits for a generation of it: either way a recompute is due now."""
-        client = self.registry.client
-        if generation_logic(client, self.keys, served) != self.pipeline.logic:
+        if self.store.generation_logic(served) != self.pipeline.logic:
             return True
-        return waiting_for(client, self.keys) == self.pipeline.logic
+        return self.store.waiting_for() == self.pipeline.logic
 
     def _record_stages(self, run_id: str, stages: Sequence[StageRecord]) -> None:
         """Put the run's stages so far in its record (GET /v1/batch/runs/{id}); Redis being away only delays it."""
@@ -288,7 +285,7 @@ def _unserved_with_data(scheduler: BatchScheduler) -> bool:
     if time.time() < scheduler.unserved_check_at:
         return False
     scheduler.unserved_check_at = time.time() + UNSERVED_CHECK_SECONDS
-    served = served_generation(scheduler.registry.client, scheduler.keys)
+    served = scheduler.store.served_generation()
     if served is not None and not scheduler.logic_pending(served):
         return False
     return scheduler.master.holds_data()

@@ -35,8 +35,8 @@ from deploy.runtime.signals import signals_held, stop_on_signals
 from deploy.settings import Settings
 from deploy.supervision.supervisor import Child, Supervisor
 from serving.store.connection import redis_client
-from serving.store.generations import served_generation
 from serving.store.keys import Keys
+from serving.store.session import PipelineStore
 from shared_logic.registry import load_pipeline
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,8 @@ def stopping(children: list[Child]) -> str:
 def _first_recompute(name: str, master: MasterDataset, redis_url: str, env: dict[str, str], logs: Path,
                      console: Console) -> bool:
     """A pipeline with events and no served generation gets its first recompute now; False when it failed."""
-    if served_generation(redis_client(redis_url), Keys(master.pipeline.name)) is not None or not master.holds_data():
+    store = PipelineStore(redis_client(redis_url), Keys(master.pipeline.name))
+    if store.served_generation() is not None or not master.holds_data():
         return True
     with console.status(f"first batch recompute of {master.pipeline.name} (starting Spark)"), \
             os.fdopen(os.open(logs / "batch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:

@@ -1,5 +1,7 @@
 """What is served: the generation pointer, the epoch markers, dropping keys by prefix, and the lifecycle
 of a generation (``Generations``: begin, flip, drop stale), the one writer of the pointer and the record.
+Callers reach all of it through a pipeline's store session (``serving.store.session.PipelineStore``);
+the functions here are its private helpers.
 
 The epoch marker is a random value set once per Redis dataset; a different value later means
 Redis lost its data (a restart without persistence, a FLUSHALL, a failover to a replica that had
@@ -22,7 +24,7 @@ from redis.typing import EncodableT
 from serving.store.errors import GenerationLostError, LayoutError, LogicConflictError, StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta
 from serving.store.keys import Keys
-from serving.store.logic import claim_segment, satisfy_waiting
+from serving.store.logic import _claim_segment, _satisfy_waiting
 from serving.store.replies import text
 
 log = logging.getLogger(__name__)
@@ -41,12 +43,8 @@ return generation
 """
 
 
-def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
-    """This Redis dataset's epoch, its markers created where missing. A different value later means data was lost.
-
-    Raises LayoutError when the store was laid out with another bucket count (its rows would be
-    looked for in the wrong buckets).
-    """
+def _ensure_epoch(client: redis.Redis, keys: Keys) -> str:
+    """``PipelineStore.ensure_epoch``: the layout checked, each missing marker set (SET NX), all read back."""
     glob = keys.global_keys
     client.set(glob.layout, keys.buckets, nx=True)
     laid_out = client.get(glob.layout)
@@ -64,8 +62,8 @@ def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     return ",".join(markers)
 
 
-def read_epoch(client: redis.Redis, keys: Keys) -> str | None:
-    """The store's epoch as it is now, or None when a marker is gone (that Redis lost its data)."""
+def _read_epoch(client: redis.Redis, keys: Keys) -> str | None:
+    """``PipelineStore.read_epoch``: every marker read, None at the first one gone."""
     markers = []
     for k in keys.every_prefix():
         value = client.get(k.epoch)
@@ -81,10 +79,8 @@ def epoch_marker(keys: Keys, epoch: str) -> str:
     return markers[0] if keys.is_global else markers[1 + keys.bucket_index]  # type: ignore[operator]
 
 
-def served_generation(client: redis.Redis, keys: Keys) -> int | None:
-    """The generation readers are served (its master version), or None before the first publish.
-
-    On a bucketed store this is the global pointer, which moves last, after every bucket's."""
+def _served_generation(client: redis.Redis, keys: Keys) -> int | None:
+    """``PipelineStore.served_generation``: the global pointer (on a bucketed store it moves last)."""
     value = client.get(keys.global_keys.current)
     return None if value is None else int(value)
 
@@ -103,7 +99,8 @@ def delete_prefix(client: redis.Redis, prefix: str) -> None:
 
 
 class Generations:
-    """One pipeline's batch generations in one Redis: the session a batch run publishes through.
+    """One pipeline's batch generations in one Redis: what a batch run publishes through
+    (``PipelineStore.generations``).
 
     ``begin`` records a generation before its rows are loaded (under ``Keys.generation_prefix``, which no
     reader looks at yet), ``flip`` serves it with its record in one atomic call per bucket, and
@@ -114,21 +111,13 @@ class Generations:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client, self.keys = client, keys
 
-    def ensure_epoch(self) -> str:
-        """``ensure_epoch``: the store's epoch, to read before the barrier and hand to ``begin`` and ``flip``."""
-        return ensure_epoch(self.client, self.keys)
-
-    def served(self) -> int | None:
-        """``served_generation``: the generation readers are served, or None before the first publish."""
-        return served_generation(self.client, self.keys)
-
     def begin(self, generation: int, epoch: str) -> None:
         """Record that ``generation`` is being loaded (so a dead run's keys get dropped).
 
-        ``epoch`` is the store's epoch read before the run's barrier; GenerationLostError at once when Redis
-        lost its data since (the flip would refuse the generation anyway).
+        ``epoch`` is the store's epoch read before the run's barrier (``PipelineStore.ensure_epoch``);
+        GenerationLostError at once when Redis lost its data since (the flip would refuse the generation anyway).
         """
-        if read_epoch(self.client, self.keys) != epoch:
+        if _read_epoch(self.client, self.keys) != epoch:
             raise GenerationLostError(
                 f"Redis lost its data after generation {generation} of {self.keys.pipeline!r} began (its epoch "
                 "marker changed): nothing was loaded; run the batch again")
@@ -138,14 +127,15 @@ class Generations:
         """Serve ``generation`` with its record ``meta`` from now on, atomically, unless a newer one is served;
         True when it is served.
 
-        First the generation's realtime segment is claimed for ``meta.logic`` (``serving.store.logic``):
+        First the generation's realtime segment is claimed for ``meta.logic`` (``PipelineStore.claim_segment``):
         LogicConflictError when the speed layer wrote it under other logic (serving both would mix two
-        logics). Then, bucketed, every bucket's pointer, then the global one (``served_generation``):
-        GenerationLostError when an epoch marker is not the one in ``epoch`` (that Redis lost data during
-        the load, so the generation may be incomplete there); StoreUnavailableError when Redis fails.
-        Once served, a speed layer's wait for a generation of its logic is over (``satisfy_waiting``).
+        logics). Then, bucketed, every bucket's pointer, then the global one
+        (``PipelineStore.served_generation``): GenerationLostError when an epoch marker is not the one in
+        ``epoch`` (that Redis lost data during the load, so the generation may be incomplete there);
+        StoreUnavailableError when Redis fails. Once served, a speed layer's wait for a generation of its
+        logic is over (``PipelineStore.satisfy_waiting``).
         """
-        held = claim_segment(self.client, self.keys, generation, meta.logic)
+        held = _claim_segment(self.client, self.keys, generation, meta.logic)
         if held is not None:
             raise LogicConflictError(
                 f"generation {generation} of {self.keys.pipeline!r} was computed under logic {meta.logic}, but its "
@@ -167,7 +157,7 @@ class Generations:
                     f"Redis lost its data while generation {generation} of {self.keys.pipeline!r} was loading "
                     f"(epoch marker {where.epoch} changed); nothing more was flipped: run the batch again")
         if served == generation:
-            satisfy_waiting(self.client, self.keys, meta.logic)
+            _satisfy_waiting(self.client, self.keys, meta.logic)
         return served == generation
 
     def drop_stale(self) -> dict[str, list[int]]:
@@ -178,7 +168,7 @@ class Generations:
         segment (atomically, in Lua), and the speed layer's writes skip segments below the pointer.
         """
         keys = self.keys
-        served = self.served()
+        served = _served_generation(self.client, keys)
         if served is None:
             return {}
         dropped: dict[str, list[int]] = {}

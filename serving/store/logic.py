@@ -13,6 +13,9 @@ first writer, with one atomic call on ``lp:p:s:{B}:logic``:
 Generation ``B`` records its logic in its meta at the flip; a speed-layer claim is refused once
 ``B`` is served under another logic. So the generation served and the segment beside it always
 hold one logic, and every read, which combines exactly those two, never mixes two logics.
+
+Callers claim, and say or ask what the speed layer waits for, through a pipeline's store session
+(``serving.store.session.PipelineStore``); the functions here are its private helpers.
 """
 
 from __future__ import annotations
@@ -45,18 +48,15 @@ return 'segment:' .. current
 """
 
 
-def claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query: str = "") -> str | None:
-    """Claim segment ``base`` for ``logic`` (and the speed layer's ``query``); None when claimed, else what
-    holds it (``generation:<logic>`` when generation ``base`` is served under another logic,
-    ``segment:<logic>[/<query>]`` when another logic or query wrote the segment)."""
+def _claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query: str = "") -> str | None:
+    """``PipelineStore.claim_segment``: one ``_CLAIM`` call on the global keys."""
     glob = keys.global_keys
     reply = text(client.eval(_CLAIM, 3, glob.segment_logic(base), glob.meta(base), glob.segments, logic, query, base))
     return None if reply == "ok" else reply
 
 
-def generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | None:
-    """The logic generation ``generation`` was computed under ('' for one published before logic was recorded),
-    or None when it is not published."""
+def _generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | None:
+    """``PipelineStore.generation_logic``: the generation's record, read."""
     meta = keys.global_keys.meta(generation)
     if not client.hexists(meta, VERSION):
         return None
@@ -70,23 +70,20 @@ return 1
 """
 
 
-def mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
-    """Say (``logic``) or unsay (None) that the speed layer cannot write the served segment and waits for a
-    generation of ``logic``: a scheduler of that logic then recomputes at once (``deploy.scheduling.scheduler``)."""
+def _mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
+    """``PipelineStore.mark_waiting``: one HSET or HDEL of the speed hash's ``waiting_logic``."""
     if logic is None:
         client.hdel(keys.global_keys.speed, "waiting_logic")
     else:
         client.hset(keys.global_keys.speed, "waiting_logic", logic)
 
 
-def waiting_for(client: redis.Redis, keys: Keys) -> str | None:
-    """The logic the speed layer waits for a generation of, if it waits."""
+def _waiting_for(client: redis.Redis, keys: Keys) -> str | None:
+    """``PipelineStore.waiting_for``: the speed hash's ``waiting_logic``."""
     value = client.hget(keys.global_keys.speed, "waiting_logic")
     return None if value is None else text(value)
 
 
-def satisfy_waiting(client: redis.Redis, keys: Keys, logic: str) -> None:
-    """A generation of ``logic`` was just served: the wait for it is over (the speed layer says so again at its
-    next micro-batch if it still cannot write; without this, a stopped speed layer's stale wait would make the
-    scheduler recompute over and over)."""
+def _satisfy_waiting(client: redis.Redis, keys: Keys, logic: str) -> None:
+    """``PipelineStore.satisfy_waiting``: one ``_SATISFIED`` call (compare and delete)."""
     client.eval(_SATISFIED, 1, keys.global_keys.speed, logic)

@@ -16,8 +16,12 @@ acknowledged the commit holds every increment the executors wrote there before i
 acknowledgement (timeout, or the master died) ``ReplicationError`` fails the micro-batch, Spark
 replays it, and the guards (on the replicas too, written in the same atomic calls) make the
 replay re-apply exactly what the new master lacks. A plan that opens a group of micro-batches
-under one tag (``save_plan``) is waited for the same way: it is the one record of the group's tag
-until the group's commit, so a failover losing it would start the undo logs over mid-group.
+under one tag (``PipelineStore.save_plan``) is waited for the same way: it is the one record of
+the group's tag until the group's commit, so a failover losing it would start the undo logs over
+mid-group.
+
+Callers commit and keep plans through a pipeline's store session (``serving.store.session.PipelineStore``);
+the functions here are its private helpers.
 """
 
 from __future__ import annotations
@@ -51,12 +55,9 @@ return n
 WAIT_MILLISECONDS = 5_000
 
 
-def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], processed: int) -> None:
-    """Make every increment tagged ``processed`` visible in the live segments among those based at ``bases``.
-
-    Returns once it is visible in every bucket and, where a bucket's master has replicas, once one
-    replica acknowledged it; raises ReplicationError otherwise (the micro-batch must be replayed).
-    """
+def _commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], processed: int) -> None:
+    """``PipelineStore.commit_processed``: one MULTI on one Redis; on a cluster, per master its buckets' calls
+    on one connection, then WAIT (``_replicated``)."""
     now = time.time()
     if not isinstance(client, RedisCluster):
         pipe = client.pipeline(transaction=True)
@@ -83,13 +84,8 @@ def _commit_call(bucket: Keys, bases: Sequence[int], processed: int, now: float)
     return ("EVAL", _COMMIT, 1 + len(bases), bucket.current, *metas, processed, now, *bases)
 
 
-def save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
-    """Keep ``plan`` as the plan of micro-batch ``batch_id`` of ``query`` (one plan per query: the latest).
-
-    When it opens a group (the micro-batch ends inside a version: the next ones carry its tag on
-    until the group's commit) and the plan's master has replicas (a Redis Cluster), returns once one
-    acknowledged it; raises ReplicationError otherwise (the micro-batch must be replayed).
-    """
+def _save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
+    """``PipelineStore.save_plan``: one SET; on a cluster, a plan opening a group waits (``_replicated``)."""
     key, value = keys.global_keys.plan(query), f"{batch_id}:{plan}"
     if not (opens_group and isinstance(client, RedisCluster)):
         client.set(key, value)
@@ -100,8 +96,8 @@ def save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: 
                 nodes[0].name, f"saving {what}", what)
 
 
-def saved_plan(client: redis.Redis, keys: Keys, query: str) -> tuple[int, str] | None:
-    """The micro-batch id and plan ``save_plan`` kept last for ``query``, or None."""
+def _saved_plan(client: redis.Redis, keys: Keys, query: str) -> tuple[int, str] | None:
+    """``PipelineStore.saved_plan``: the plan key, read and split."""
     stored = client.get(keys.global_keys.plan(query))
     if stored is None:
         return None

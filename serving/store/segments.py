@@ -32,7 +32,7 @@ import redis
 from redis.commands.core import Script
 
 from batch_layer.faults import fault_point
-from serving.store.generations import delete_prefix, epoch_marker, served_generation
+from serving.store.generations import _served_generation, delete_prefix, epoch_marker
 from serving.store.keys import LUA_NAMES, Keys, suffix
 
 #: The layout realtime segments are written in (a speed-layer checkpoint records it; one of another
@@ -206,8 +206,8 @@ class WindowWrite(NamedTuple):
 
 class MicroBatchWrite(NamedTuple):
     """What every call of one micro-batch carries: guarded under ``query`` as ``batch_id``, refused under another
-    ``epoch`` (the store's, as ``ensure_epoch`` gave it), tagged ``tag``; ``continues``: the undo logs are those
-    of a micro-batch left uncommitted under the same tag."""
+    ``epoch`` (the store's, as ``PipelineStore.ensure_epoch`` gave it), tagged ``tag``; ``continues``: the undo
+    logs are those of a micro-batch left uncommitted under the same tag."""
 
     query: str
     batch_id: int
@@ -272,8 +272,9 @@ def _as_bytes(field: bytes | str | None) -> bytes:
 
 
 class Segments:
-    """One pipeline's realtime segments in one Redis, as the speed layer's driver keeps them: their index
-    (the bases of live segments) and their reset. Their rows go through ``apply_chunk``."""
+    """One pipeline's realtime segments in one Redis, as the speed layer's driver keeps them
+    (``PipelineStore.segments``): their index (the bases of live segments) and their reset. Their rows go
+    through ``apply_chunk``."""
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.client, self.keys = client, keys.global_keys
@@ -285,7 +286,7 @@ class Segments:
     def live(self, barriers: Sequence[int]) -> list[int]:
         """The bases of the live segments, ascending: the served generation's and every indexed base (and
         ``barriers``) above it; every indexed base (and ``barriers``) while none is served."""
-        served = served_generation(self.client, self.keys)
+        served = _served_generation(self.client, self.keys)
         known = {int(b) for b in self.client.smembers(self.keys.segments)} | set(barriers)
         if served is not None:
             known.add(served)

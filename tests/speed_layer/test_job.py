@@ -19,9 +19,9 @@ import redis
 from deploy.settings import Settings
 from serving.store.connection import store_keys
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations, ensure_epoch
 from serving.store.keys import Keys
 from serving.store.segments import SEGMENT_LAYOUT
+from serving.store.session import PipelineStore
 from shared_logic.pipeline import Pipeline
 from shared_logic.registry import load_pipeline
 from speed_layer.identity import CHECKPOINT_FORMAT
@@ -46,10 +46,10 @@ def _served(make_settings, redis_url: str, logic: str | None = None) -> _Served:
     pipeline = load_pipeline(settings.pipeline)
     client = redis.Redis.from_url(redis_url)
     keys = store_keys(pipeline.name, redis_url)
-    epoch = ensure_epoch(client, keys)
-    generations = Generations(client, keys)
-    generations.begin(SERVED, epoch)
-    assert generations.flip(SERVED, epoch, GenerationMeta(logic=logic or pipeline.logic))
+    store = PipelineStore(client, keys)
+    epoch = store.ensure_epoch()
+    store.generations.begin(SERVED, epoch)
+    assert store.generations.flip(SERVED, epoch, GenerationMeta(logic=logic or pipeline.logic))
     return _Served(settings, pipeline, client, keys, epoch)
 
 

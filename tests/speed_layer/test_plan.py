@@ -16,6 +16,7 @@ from deploy.runtime.redis_cluster import LocalRedisCluster
 from serving.store import segment_commits
 from serving.store.connection import redis_client, store_keys
 from serving.store.errors import ReplicationError
+from serving.store.session import PipelineStore
 from speed_layer.input import Summary
 from speed_layer.plan import Planner
 
@@ -25,7 +26,7 @@ def test_a_plan_opening_a_group_waits_for_a_replica(tmp_path: Path, monkeypatch:
     try:
         client = redis_client(cluster.url)
         keys = store_keys("orders", cluster.url)
-        planner = Planner(client, keys, "q1", "logic1", tmp_path / "checkpoint", driver_rows=0)
+        planner = Planner(PipelineStore(client, keys), "q1", "logic1", tmp_path / "checkpoint", driver_rows=0)
         master = client.get_node_from_key(keys.plan("q1")).port
         frozen = cluster.replicas_of(master)[0]
         monkeypatch.setattr(segment_commits, "WAIT_MILLISECONDS", 300)

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta, timezone
 import redis
 from pyspark.sql import functions as F
 
-from serving.store.generations import ensure_epoch
 from serving.store.keys import Keys, encode_key
 from serving.store.row_format import row_parts
+from serving.store.session import PipelineStore
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 
@@ -85,7 +85,7 @@ def _as_scores(tally: dict) -> dict:
 
 def test_increments_reach_every_segment_below_their_version_exactly_once(spark, redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
-    epoch = ensure_epoch(client, Keys("probe"))
+    epoch = PipelineStore(client, Keys("probe")).ensure_epoch()
     client.set(Keys("probe").current, 10)
 
     per_interval = {(d, encode_key((a, b)), mins // 60) for a, b, _, _, _, mins, d in ROWS}

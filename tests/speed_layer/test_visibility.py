@@ -22,11 +22,11 @@ from batch_layer.faults import injected
 from serving.api.key_pages import Listing, page_answer
 from serving.api.queries import key_answer
 from serving.store.errors import StoreUnavailableError
-from serving.store.generations import ensure_epoch
 from serving.store.keys import Keys
 from serving.store.reader import ServingStore
 from serving.store.row_format import EXACT_DISTINCT_MAX, row_parts
 from serving.store.segments import MAX_CHUNK_ROWS
+from serving.store.session import PipelineStore
 from shared_logic import Count, Distinct, Max, Min, Sum, TumblingWindow, View
 from speed_layer.segments import (
     DEPTH,
@@ -125,7 +125,7 @@ def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(
         spark, redis_url: str, exact_max: int, copied: set[tuple[str, int]]) -> None:
     client = redis.Redis.from_url(redis_url)
     keys = Keys("probe")
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
 
@@ -209,7 +209,7 @@ def test_a_row_continued_across_a_chunk_boundary_keeps_its_committed_value(redis
     the value the first saved for it, or a read between the chunks shows the first one's increment."""
     client = redis.Redis.from_url(redis_url)
     keys = Keys("probe")
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
     items = [("a", _window(1)), ("b", _window(1))]
@@ -252,7 +252,7 @@ def test_rows_changed_between_reading_and_writing_are_read_and_merged_again(redi
     merge, and the chunk is read and merged again on top of the other writer's value."""
     client = redis.Redis.from_url(redis_url)
     keys = Keys("probe")
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     client.hset(keys.meta(BASE), "measures:probe", json.dumps(row_parts(VIEW)))
     row = keys.segment_rows(BASE, "probe", _window(1))
@@ -288,7 +288,7 @@ def test_a_chunk_of_rows_with_several_sketches_each_is_applied_whole(redis_url: 
     view = View("wide", keys=("k",), measures=(Count(), *(Distinct(f"m{j}") for j in range(4))))
     client = redis.Redis.from_url(redis_url)
     keys = Keys("wide")
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     users = [f"u{i:05d}" for i in range(MAX_CHUNK_ROWS)]
 
@@ -312,7 +312,7 @@ def test_the_realtime_rows_of_a_view_without_scalar_measures_are_listed_and_read
     view = View("tags", keys=("k",), measures=(Distinct("m"),))
     client = redis.Redis.from_url(redis_url)
     keys = Keys("tags")
-    epoch = ensure_epoch(client, keys)
+    epoch = PipelineStore(client, keys).ensure_epoch()
     client.set(keys.current, BASE)
     client.hset(keys.meta(BASE), "measures:tags", json.dumps(row_parts(view)))
     members = {"a|x": ["p", "q"], "b": ["p"], "c": ["r", "s", "t"]}

@@ -30,6 +30,7 @@ from deploy.settings import Settings
 from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from serving.store.runs import BatchRun, RunRegistry
+from serving.store.session import PipelineStore
 from shared_logic.registry import load_pipeline
 
 T = TypeVar("T")
@@ -126,8 +127,7 @@ def runs_with(runs: RunRegistry, status: str) -> list[BatchRun]:
 
 def served_generation(settings: Settings) -> int | None:
     """The generation Redis serves for ``settings``' pipeline, None before the first publish."""
-    value = redis_client(settings.redis_url).get(Keys(settings.pipeline).current)
-    return None if value is None else int(value)
+    return PipelineStore(redis_client(settings.redis_url), Keys(settings.pipeline)).served_generation()
 
 
 @contextmanager

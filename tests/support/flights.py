@@ -14,8 +14,7 @@ from pyspark.sql import functions as F
 
 from deploy.settings import Settings
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import read_epoch
-from serving.store.segment_commits import commit_processed
+from serving.store.session import PipelineStore
 from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
 
@@ -49,15 +48,14 @@ def write_realtime(spark: Any, settings: Settings, base: int, events: list[dict[
     """The speed layer's write of ``events`` into the segment based at ``base`` as micro-batch ``batch_id``,
     committed at version ``last``."""
     pipeline = load_pipeline(settings.pipeline)
-    client = redis_client(settings.redis_url)
-    keys = store_keys(pipeline.name, settings.redis_url)
+    store = PipelineStore(redis_client(settings.redis_url), store_keys(pipeline.name, settings.redis_url))
     frame = spark.createDataFrame(
         [(e["origin"], e["dest"], e["delay"], datetime.fromisoformat(e["event_time"])) for e in events],
         "origin string, dest string, delay long, event_time timestamp")
     rows = pipeline.transform(frame)
     parts = [encode(view.aggregate(rows).withColumn(DEPTH, F.lit(1)), view, (3, 0)) for view in pipeline.views]
-    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", read_epoch(client, keys) or "", batch_id, last, (base,),
+    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", store.read_epoch() or "", batch_id, last, (base,),
                      {view.name: measure_spec(view) for view in pipeline.views}, 500)
     write_increments(functools.reduce(DataFrame.unionByName, parts), spec, partitions=2)
-    commit_processed(client, keys, [base], last)
-    client.close()
+    store.commit_processed([base], last)
+    store.client.close()

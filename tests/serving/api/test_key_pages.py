@@ -2,7 +2,7 @@
 
 A batch generation is published from real ingested events (``run_batch``), a realtime segment is
 written on top of it by the speed layer's own write code (``write_increments``, committed with
-``commit_processed``), and the composite-key test pipeline (``tests.support.flights_pipeline``) is
+``PipelineStore.commit_processed``), and the composite-key test pipeline (``tests.support.flights_pipeline``) is
 paged with a small limit. Halfway through, more events are ingested and a new generation is
 published (a flip). Checked against pandas over the events (never the code's own output):
 

@@ -28,8 +28,7 @@ from pyspark.sql import functions as F
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from serving.store.connection import redis_client, store_keys
-from serving.store.generations import read_epoch
-from serving.store.segment_commits import commit_processed
+from serving.store.session import PipelineStore
 from shared_logic.measures import Max, Min, Sum
 from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
@@ -68,18 +67,17 @@ def same(got: Any, want: float) -> bool:
 def write_realtime(spark: Any, settings: Settings, base: int, sent: list[dict[str, Any]], last: int) -> None:
     """The speed layer's own write of ``sent`` into the segment based at ``base``, committed at ``last``."""
     pipeline = load_pipeline(settings.pipeline)
-    client = redis_client(settings.redis_url)
-    keys = store_keys(pipeline.name, settings.redis_url)
+    store = PipelineStore(redis_client(settings.redis_url), store_keys(pipeline.name, settings.redis_url))
     frame = spark.createDataFrame(
         [(e["user_id"], e["merchant"], e["amount"], datetime.fromisoformat(e["event_time"])) for e in sent],
         "user_id string, merchant string, amount double, event_time timestamp").coalesce(1)
     rows = pipeline.transform(frame)
     parts = [encode(view.aggregate(rows).withColumn(DEPTH, F.lit(1)), view, (4, 1)) for view in pipeline.views]
-    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", read_epoch(client, keys) or "", 0, last, (base,),
+    spec = WriteSpec(settings.redis_url, pipeline.name, "test-speed", store.read_epoch() or "", 0, last, (base,),
                      {view.name: measure_spec(view) for view in pipeline.views}, 500)
     write_increments(functools.reduce(DataFrame.unionByName, parts), spec, partitions=2)
-    commit_processed(client, keys, [base], last)
-    client.close()
+    store.commit_processed([base], last)
+    store.client.close()
 
 
 def check(client: httpx.Client, want: dict[str, dict[str, float]], parts: dict[str, dict[str, dict[str, float]]]) -> list[str]:

@@ -22,8 +22,8 @@ from serving.api.queries import top_answer
 from serving.store import reads
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations
 from serving.store.reader import ServingStore
+from serving.store.session import PipelineStore
 from shared_logic import Count, Max, Min, Sum, View
 
 VIEW = View("probe", keys=("k",), measures=(Count(), Sum("x"), Min("x"), Max("x")))
@@ -55,12 +55,12 @@ def _data(seed: int) -> tuple[dict, dict, dict]:
 
 def _publish(url: str, batch: dict, realtime: dict, flight: dict) -> None:
     client, keys = redis_client(url), store_keys("probe", url)
-    store = Generations(client, keys)
+    store = PipelineStore(client, keys)
     epoch = store.ensure_epoch()
-    store.begin(GENERATION, epoch)
+    store.generations.begin(GENERATION, epoch)
     for key, parts in batch.items():
         client.hset(keys.for_key(key).rows(GENERATION, "probe"), key, json.dumps([parts[m] for m in MEASURES]))
-    assert store.flip(GENERATION, epoch, GenerationMeta(measures={"probe": MEASURES}))
+    assert store.generations.flip(GENERATION, epoch, GenerationMeta(measures={"probe": MEASURES}))
     for bucket in keys.all_buckets():
         client.hset(bucket.segment_meta(GENERATION), "processed", PROCESSED)
     for measure in MEASURES:

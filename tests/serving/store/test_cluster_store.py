@@ -7,8 +7,9 @@ import redis
 
 from serving.store.connection import bucket_count, redis_client, store_keys
 from serving.store.errors import LayoutError, StoreError
-from serving.store.generations import ensure_epoch, epoch_marker, read_epoch
+from serving.store.generations import epoch_marker
 from serving.store.keys import Keys
+from serving.store.session import PipelineStore
 
 
 def test_a_key_always_lands_in_the_same_bucket_and_keys_spread_over_all_buckets() -> None:
@@ -56,23 +57,24 @@ def test_a_node_without_a_port_is_named() -> None:
 def test_epoch_markers_live_beside_each_bucket_and_a_lost_one_is_noticed(cluster_url: str, redis_cluster) -> None:
     client = redis_client(cluster_url)
     keys = store_keys("orders", cluster_url)
-    epoch = ensure_epoch(client, keys)
-    assert ensure_epoch(client, keys) == epoch == read_epoch(client, keys)
+    store = PipelineStore(client, keys)
+    epoch = store.ensure_epoch()
+    assert store.ensure_epoch() == epoch == store.read_epoch()
     assert len(epoch.split(",")) == 1 + keys.buckets
     assert epoch_marker(keys.bucket(5), epoch) == client.get(keys.bucket(5).epoch).decode()
     # The markers (so the buckets) are spread over every master.
     holders = {port for port in redis_cluster.master_ports() if redis.Redis(port=port).dbsize() > 1}
     assert holders == set(redis_cluster.master_ports())
     client.delete(keys.bucket(5).epoch)  # as if that bucket's master lost its data
-    assert read_epoch(client, keys) is None
-    assert ensure_epoch(client, keys) != epoch
+    assert store.read_epoch() is None
+    assert store.ensure_epoch() != epoch
 
 
 def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> None:
     client = redis_client(cluster_url)
-    ensure_epoch(client, Keys("orders", buckets=16))
+    PipelineStore(client, Keys("orders", buckets=16)).ensure_epoch()
     with pytest.raises(LayoutError, match="laid out in 16 buckets, not 4: use buckets=16"):
-        ensure_epoch(client, Keys("orders", buckets=4))
+        PipelineStore(client, Keys("orders", buckets=4)).ensure_epoch()
 
 
 def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
@@ -86,7 +88,8 @@ def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monke
     try:
         client = redis_client(cluster.url)
         keys = store_keys("orders", cluster.url)
-        segment_commits.commit_processed(client, keys, [3], 7)  # every replica up: done
+        store = PipelineStore(client, keys)
+        store.commit_processed([3], 7)  # every replica up: done
         assert {int(client.hget(b.segment_meta(3), "processed")) for b in keys.all_buckets()} == {7}
         master = client.get_node_from_key(keys.bucket(0).current).port
         frozen = cluster.replicas_of(master)[0]
@@ -94,7 +97,7 @@ def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monke
         cluster.pause(frozen)
         try:
             with pytest.raises(ReplicationError, match=f"no replica of 127.0.0.1:{master} acknowledged version 8"):
-                segment_commits.commit_processed(client, keys, [3], 8)
+                store.commit_processed([3], 8)
         finally:
             cluster.resume(frozen)
     finally:
@@ -108,15 +111,14 @@ def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exac
     import json
 
     from serving.store.generation_meta import GenerationMeta
-    from serving.store.generations import Generations
     from serving.store.rankings import Rankings
     from serving.store.reader import ServingStore
 
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
     client, keys = redis_client(url), store_keys("wc", url)
     counts = {f"word{i:03d}": (i * 37) % 101 + 1 for i in range(300)}  # plain-Python oracle
-    generations = Generations(client, keys)
-    epoch = generations.ensure_epoch()
+    store = PipelineStore(client, keys)
+    generations, epoch = store.generations, store.ensure_epoch()
     generations.begin(5, epoch)
     for word, count in counts.items():
         client.hset(keys.for_key(word).rows(5, "word_counts"), word, json.dumps([count]))
@@ -154,22 +156,20 @@ def test_a_replayed_commit_leaves_no_key_in_a_segment_that_died_since_its_plan(
     dropped (``drop_stale``): its commit moves segment 5 on and writes nothing under segment 3, which no
     index lists any more (a key there would never be dropped)."""
     from serving.store.generation_meta import GenerationMeta
-    from serving.store.generations import Generations
-    from serving.store.segment_commits import commit_processed
 
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
     client, keys = redis_client(url), store_keys("orders", url)
-    generations = Generations(client, keys)
-    epoch = generations.ensure_epoch()
+    store = PipelineStore(client, keys)
+    generations, epoch = store.generations, store.ensure_epoch()
     for generation in (3, 5):
         generations.begin(generation, epoch)
         assert generations.flip(generation, epoch, GenerationMeta())
         if generation == 3:
-            commit_processed(client, keys, [3], 4)  # the micro-batch before: segment 3 is live
+            store.commit_processed([3], 4)  # the micro-batch before: segment 3 is live
     generations.drop_stale()
     assert not any(client.exists(b.segment_meta(3)) for b in keys.all_buckets())
 
-    commit_processed(client, keys, [3, 5], 8)  # the replay, with its plan's bases
+    store.commit_processed([3, 5], 8)  # the replay, with its plan's bases
 
     assert {client.hget(b.segment_meta(5), "processed") for b in keys.all_buckets()} == {b"8"}
     assert [key for b in keys.every_prefix() for key in client.scan_iter(match=f"{b.segment_prefix(3)}:*")] == []

@@ -22,8 +22,8 @@ from serving.store import reads
 from serving.store.columns import OVERFLOW_JSON
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations
 from serving.store.reader import ServingStore
+from serving.store.session import PipelineStore
 from shared_logic import Count, Sum, View
 
 VIEW = View("probe", keys=("k",), measures=(Count(), Sum("x")))
@@ -45,13 +45,13 @@ def _data(seed: int) -> tuple[dict[str, float], dict[str, float]]:
 
 def _publish(url: str, batch: dict[str, float], realtime: dict[str, float]) -> None:
     client, keys = redis_client(url), store_keys("probe", url)
-    store = Generations(client, keys)
+    store = PipelineStore(client, keys)
     epoch = store.ensure_epoch()
-    store.begin(GENERATION, epoch)
+    store.generations.begin(GENERATION, epoch)
     for key, total in batch.items():
         spelled = OVERFLOW_JSON if math.isinf(total) else repr(total)
         client.hset(keys.rows(GENERATION, "probe"), key, f"[1.0,{spelled}]")
-    assert store.flip(GENERATION, epoch, GenerationMeta(measures={"probe": MEASURES}))
+    assert store.generations.flip(GENERATION, epoch, GenerationMeta(measures={"probe": MEASURES}))
     client.hset(keys.segment_meta(GENERATION), "processed", PROCESSED)
     for key, total in realtime.items():
         client.hset(keys.segment_rows(GENERATION, "probe"), key, json.dumps(["1.0", repr(total)]))
