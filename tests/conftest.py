@@ -21,6 +21,14 @@ from deploy.runtime.redis_cluster import LocalRedisCluster
 from deploy.settings import Settings, load_settings
 from tests.support.servers import ApiServer, RedisServer
 
+#: Every JVM the suite starts (its SparkSessions, the commands' and `up`'s, the Kafka broker, a standalone
+#: cluster's) compiles with C1 only: they live seconds to minutes, too short for C2's compile work to pay
+#: back on 2 cores (about a fifth less CPU: benchmarks/RESULTS.md, "The suite"). Set before any JVM starts;
+#: every child process inherits it, whatever LAMBDA_* settings a test hands its children.
+_C1_ONLY = "-XX:TieredStopAtLevel=1"
+if _C1_ONLY not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {_C1_ONLY}".strip()
+
 #: Resource markers set from the fixtures a test takes (Beam's ``uses_*`` style); the ones a fixture
 #: cannot tell (a JVM in a subprocess, a whole ``up`` tree, a standalone Spark cluster) are set by
 #: the module (``pytestmark``). ``-m "not uses_platform"`` and the like select tiers by what they cost.
@@ -61,13 +69,43 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """The session's Redis, emptied for this test (restarted first if a test stopped it)."""
+    """The session's Redis, database 0 emptied for this test (restarted first if a test stopped it)."""
     if redis_server.process is None or redis_server.process.poll() is not None:
         redis_server.start()
     client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
+    client.flushdb()
     client.close()
     yield redis_server.url
+
+
+@pytest.fixture(scope="module")
+def module_redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The session's Redis, database 1, emptied for this module: data a module's read-only tests share (one
+    ingest, one recompute), which the per-test FLUSHDB of database 0 leaves alone."""
+    if redis_server.process is None or redis_server.process.poll() is not None:
+        redis_server.start()
+    url = redis_server.url.rpartition("/")[0] + "/1"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def module_settings(tmp_path_factory: pytest.TempPathFactory, module_redis_url: str) -> Callable[..., Settings]:
+    """``make_settings`` for module-scoped data: under a folder of the module's, on ``module_redis_url``."""
+    folder = tmp_path_factory.mktemp("module")
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "data_dir": folder / "data", "redis_url": module_redis_url, "spark_master": "local[2]",
+            "spark_shuffle_partitions": 2,
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    return make
 
 
 @pytest.fixture

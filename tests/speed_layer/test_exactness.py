@@ -2,8 +2,9 @@
 answer equals the view computed from scratch over the master dataset at version N.
 
 Events are ingested while the speed layer runs, batch runs start at random points (and one is
-killed midway), the master dataset is compacted mid-stream, the speed-layer process is killed
-with SIGKILL and restarted, and Redis restarts under it. After each scenario every key of every
+killed midway), the master dataset is compacted mid-stream, a micro-batch is replayed after its
+increments reached Redis, a speed-layer process dies half-way through a micro-batch's writes, and
+Redis restarts under it. After each scenario every key of every
 view (windowed ones included) and the top-N answers are compared over HTTP with the oracle
 (tests/oracle.py: plain Python over the master dataset read with delta-rs).
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -27,8 +27,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+import redis
 from deltalake import DeltaTable
 
+from batch_layer.faults import injected
 from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from tests import oracle
@@ -121,28 +123,32 @@ def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subproc
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_for_batches(settings, at_least: int, timeout: float = 180) -> None:
-    import redis
-
-    client = redis.Redis.from_url(settings.redis_url)
-    deadline = time.monotonic() + timeout
-    while int(client.hget(Keys(settings.pipeline).speed, "batch_id") or -1) < at_least:
-        assert time.monotonic() < deadline, "the speed layer made no progress"
-        time.sleep(0.1)
+class _Died(BaseException):
+    """A batch run dying at an injected fault point (BaseException: nothing on the way catches it)."""
 
 
-def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
-    settings = make_settings(pipeline="payments")
+def _die() -> None:
+    raise _Died
+
+
+def test_a_replayed_micro_batch_and_a_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
+    """The speed layer fails right after a micro-batch's increments reached Redis, before Spark committed its
+    offsets (where a kill -9 leaves it): the runner restarts the query, which replays that micro-batch under
+    the same id, and only the guard keeps it from counting twice. Then, while events keep coming, a batch run
+    dies after its barrier and gold, before its flip. Every answer is exact at the version named.
+    (A kill -9 of the speed layer's process mid-stream, of the scheduler during a run, of `up`'s whole tree:
+    the bounded chaos test, tests/chaos/test_chaos.py.)"""
+    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2)
     master, rng = open_master(settings), random.Random(23)
     ingest_some(master, rng, 60)
     run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+    replayed: list[str] = []
 
-    # First life: dies right after a micro-batch's increments reached Redis, before Spark committed
-    # its offsets. The restart replays that micro-batch: only the guard keeps it from counting twice.
-    first = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-after-write"})
-    ingest_some(master, rng, 10)
-    assert first.wait(240) == -9
-    speed = _speed_process(settings)
+    def fail_once() -> None:
+        if not replayed:
+            replayed.append("speed-after-write")
+            raise redis.exceptions.ConnectionError("Error 111 connecting to Redis (injected after the write)")
+
     stop_ingest = threading.Event()
 
     def ingest() -> None:
@@ -150,32 +156,22 @@ def test_kill_9_speed_layer_and_killed_batch_run_stay_exact(spark, make_settings
             ingest_some(master, rng, rng.randint(1, 10))
             time.sleep(0.05)
 
-    feeder = threading.Thread(target=ingest, daemon=True)
-    feeder.start()
-    try:
-        _wait_for_batches(settings, 4)
-        time.sleep(rng.uniform(0, 0.5))
-        speed.send_signal(signal.SIGKILL)  # mid-stream, possibly mid-micro-batch
-        speed.wait(30)
-        # A batch run killed midway while events keep coming.
-        env = {**os.environ, "LAMBDA_DATA_DIR": str(settings.data_dir), "LAMBDA_REDIS_URL": settings.redis_url,
-               "LAMBDA_PIPELINE": "payments", "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_FAULT_POINTS": "before-flip",
-               "LAMBDA_STORAGE_ENGINE": settings.storage_engine}
-        killed = subprocess.run([sys.executable, "-m", "deploy.cli", "batch", "run"], env=env, capture_output=True,
-                                timeout=300)
-        assert killed.returncode == -9
-        speed = _speed_process(settings)
-        time.sleep(2)
-    finally:
-        stop_ingest.set()
-        feeder.join(30)
-    try:
-        version = wait_caught_up(settings)
+    with injected("speed-after-write", fail_once), running_speed_layer(spark, settings) as speed:
+        ingest_some(master, rng, 10)
+        wait_caught_up(settings, speed=speed)
+        assert replayed, "the fault was not injected"
+        feeder = threading.Thread(target=ingest, daemon=True)
+        feeder.start()
+        try:
+            with injected("before-flip", _die), pytest.raises(_Died):
+                run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
+            time.sleep(1)
+        finally:
+            stop_ingest.set()
+            feeder.join(30)
+        version = wait_caught_up(settings, speed=speed)
         with api(pipeline="payments") as server:
             assert assert_exact(server.base_url, settings, version) > 50
-    finally:
-        speed.terminate()
-        assert speed.wait(120) == 0, "SIGTERM did not stop the speed layer cleanly"
 
 
 def test_redis_restart_under_the_speed_layer(spark, make_settings, api, tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,6 +38,7 @@ from serving.api.queries import MAX_KEY_CHARS
 from serving.api.routes.batch import MAX_RUN_ID_CHARS
 from shared_logic.registry import load_pipeline
 from tests.support import free_port, ingest_file, key_url
+from tests.support.servers import ApiServer
 
 VIEW = "spend_by_user"
 SCALAR = ["count", "sum_amount", "min_amount", "max_amount"]
@@ -46,14 +46,23 @@ SCALAR = ["count", "sum_amount", "min_amount", "max_amount"]
 DETAIL_MAX = 700
 
 
-@pytest.fixture
-def settings(spark: Any, make_settings: Callable[..., Settings], tmp_path: Path) -> Settings:
-    settings = make_settings(pipeline="payments")
+@pytest.fixture(scope="module")
+def settings(spark: Any, module_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Three payments published once for the module (its tests only read)."""
+    settings = module_settings(pipeline="payments")
     events = [{"user_id": u, "merchant": "m", "amount": a, "event_time": datetime(2024, 3, 1, 9, tzinfo=timezone.utc).isoformat()}
               for u, a in (("alice", 2.0), ("bob", 3.5), ("carol", 1.0))]
-    ingest_file(settings, events, tmp_path / "payments.jsonl")
+    ingest_file(settings, events, tmp_path_factory.mktemp("events") / "payments.jsonl")
     run_batch(spark, settings, load_pipeline("payments"), redis_url=settings.redis_url)
     return settings
+
+
+@pytest.fixture(scope="module")
+def client(settings: Settings) -> Iterator[httpx.Client]:
+    """An HTTP client of the module's one API server over ``settings``."""
+    with ApiServer(create_app(settings, redis_url=settings.redis_url or "")) as server, \
+            httpx.Client(base_url=server.base_url, timeout=30) as http:
+        yield http
 
 
 def refused(response: httpx.Response, status: int, long_value: str, *words: str) -> str:
@@ -89,27 +98,22 @@ LONG = "k" * 10_000
         "unknown pipeline", "unknown parameter", "key column filter", "prefix", "cursor", "time", "unknown measure",
         "405"])
 def test_long_values_are_refused_in_the_json_shape_and_echoed_cut(
-        settings: Settings, api: Callable[..., Any], method: str, path: str, params: dict[str, str], status: int,
-        words: list[str]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
-        refused(client.request(method, path, params=params), status, "k" * 200, *words)
+        client: httpx.Client, method: str, path: str, params: dict[str, str], status: int, words: list[str]) -> None:
+    refused(client.request(method, path, params=params), status, "k" * 200, *words)
 
 
 @pytest.mark.parametrize("measure", ["", "nope", "distinct_merchant"])
-def test_an_empty_or_unknown_measure_is_a_422_naming_the_measures(settings: Settings, api: Callable[..., Any],
-                                                                   measure: str) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
-        detail = refused(client.get(f"/v1/views/{VIEW}/top", params={"measure": measure}), 422, "k" * 200,
-                         "measure", *SCALAR)
-        assert detail.startswith(f"measure: {measure!r}"), detail
-        top = client.get(f"/v1/views/{VIEW}/top", params={"measure": "max_amount"}).json()["top"]
-        assert [(e["key"], e["value"]) for e in top] == [("bob", 3.5), ("alice", 2.0), ("carol", 1.0)]
-        assert client.get(f"/v1/views/{VIEW}/top").json()["measure"] == "count"
+def test_an_empty_or_unknown_measure_is_a_422_naming_the_measures(client: httpx.Client, measure: str) -> None:
+    detail = refused(client.get(f"/v1/views/{VIEW}/top", params={"measure": measure}), 422, "k" * 200,
+                     "measure", *SCALAR)
+    assert detail.startswith(f"measure: {measure!r}"), detail
+    top = client.get(f"/v1/views/{VIEW}/top", params={"measure": "max_amount"}).json()["top"]
+    assert [(e["key"], e["value"]) for e in top] == [("bob", 3.5), ("alice", 2.0), ("carol", 1.0)]
+    assert client.get(f"/v1/views/{VIEW}/top").json()["measure"] == "count"
 
 
-def test_the_openapi_document_declares_the_limits(settings: Settings, api: Callable[..., Any]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
-        paths = client.get("/openapi.json").json()["paths"]
+def test_the_openapi_document_declares_the_limits(client: httpx.Client) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
 
     def schema(path: str, name: str) -> dict[str, Any]:
         return next(p for p in paths[path]["get"]["parameters"] if p["name"] == name)["schema"]
