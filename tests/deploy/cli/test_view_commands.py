@@ -11,7 +11,6 @@ import json
 import random
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,22 +21,26 @@ from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
 from tests.support import ingest_file
+from tests.support.servers import ApiServer
 
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def served(spark: Any, make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path,
-           api: Callable[..., Any]) -> Any:
-    """Wordcount events recomputed and served over HTTP; yields (cli args prefix, oracle views)."""
-    settings = make_settings(pipeline="wordcount")
+@pytest.fixture(scope="module")
+def served(spark: Any, module_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Wordcount events recomputed once for the module and served over HTTP; yields (cli args prefix, port,
+    oracle views, barrier). The module's tests only read."""
+    from serving.api.app import create_app
+
+    settings = module_settings(pipeline="wordcount")
+    folder = tmp_path_factory.mktemp("view-commands")
     events = oracle.wordcount_events(random.Random(7), 200, START, seconds=600)
-    ingest_file(settings, events, tmp_path / "events.jsonl")
-    run_batch(spark, settings, load_pipeline("wordcount"), redis_url=redis_url)
+    ingest_file(settings, events, folder / "events.jsonl")
+    run_batch(spark, settings, load_pipeline("wordcount"), redis_url=settings.redis_url)
     barrier = oracle.barrier_versions(settings.master_path)[-1]
     views = oracle.views("wordcount", oracle.read_events(settings.master_path, barrier))
-    with api(pipeline="wordcount") as server:
-        yield ["--data-dir", str(tmp_path / "cli"), "--pipeline", "wordcount"], server.port, views, barrier
+    with ApiServer(create_app(settings, redis_url=settings.redis_url or "")) as server:
+        yield ["--data-dir", str(folder / "cli"), "--pipeline", "wordcount"], server.port, views, barrier
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
