@@ -45,10 +45,10 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Three workers on two cores: the end-to-end tests mostly wait (on JVMs starting, triggers, polls; two
-# workers kept 1.45 cores busy), so a third fills the gaps; tests that share a platform stay on one
-# worker (xdist_group). TEST_WORKERS=2 (or 1) on a smaller machine.
-TEST_WORKERS ?= 3
+# Two workers: the end-to-end tests mostly wait (on JVMs starting, triggers, polls), so two share the
+# two cores well (a third ran slower: three platform tests at once starve each other's JVMs); tests
+# that share a platform stay on one worker (xdist_group). TEST_WORKERS=1 on a one-core machine.
+TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 15 minutes on 2 cores)

@@ -29,6 +29,7 @@ def frame(spark: Any, events: list[dict[str, Any]]) -> Any:
                                  "user_id string, amount double, divisor double, event_time timestamp")
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 @pytest.mark.parametrize("few", [1024, 2], ids=["by-key-lists", "by-key-ranges"])
 def test_the_poison_events_are_found_alone_and_the_view_leaves_them_out(spark: Any, few: int,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from batch_layer.faults import injected
 from batch_layer.recompute.job import run_batch
@@ -26,6 +27,7 @@ from tests.support.flights import AIRPORTS, ALL, PIPELINE, flights, oracle, writ
 from tests.support.key_pages import as_oracle, check_values, every_page, rows_of
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_answers_are_the_generations_alone_while_a_fresh_start_drops_the_segments(
         spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline=PIPELINE)

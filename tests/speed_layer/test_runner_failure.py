@@ -18,6 +18,7 @@ from speed_layer.runner import run_speed_layer
 from tests.support.speed import running_speed_layer, wait_caught_up
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_a_failing_speed_layer_records_its_error_and_a_micro_batch_clears_it(
     spark: SparkSession, make_settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -46,6 +46,7 @@ def test_a_query_behind_stops_after_the_micro_batch_in_flight(spark: SparkSessio
             query.stop()
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_a_transient_query_failure_restarts_the_query_in_process(
     spark: SparkSession, make_settings, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,6 +9,7 @@ import json
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
+import pytest
 import redis
 from pyspark.sql import functions as F
 
@@ -83,6 +84,7 @@ def _as_scores(tally: dict) -> dict:
     }
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_increments_reach_every_segment_below_their_version_exactly_once(spark, redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     epoch = PipelineStore(client, Keys("probe")).ensure_epoch()

@@ -120,6 +120,7 @@ def _expected(rows: list) -> tuple[dict, dict]:
 # the middle of the test (a's first row in micro-batch 0, c's in micro-batch 1); at 0 every row is one.
 # The third item: the rows whose sketches micro-batch 2 saves (those it touches that were sketches
 # before it) and those micro-batch 1 saved in a window micro-batch 2 does not touch (c's).
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 @pytest.mark.parametrize("exact_max, copied", [(EXACT_DISTINCT_MAX, set()), (1, {("a", 9)}), (0, {("a", 9), ("c", 70)})])
 def test_a_micro_batch_is_invisible_until_committed_then_visible_at_once(
         spark, redis_url: str, exact_max: int, copied: set[tuple[str, int]]) -> None:

@@ -64,6 +64,7 @@ def _oracle_parquet(path: Path) -> Counter[Event]:
                    for r in frame.itertuples())
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_parquet_folder_backfill_equals_the_oracle_one_version_per_file(master: MasterDataset, storage_engine: str,
                                                                         tmp_path: Path) -> None:
     folder = tmp_path / "in"

@@ -156,6 +156,7 @@ def test_newest_version_and_missing_commits(tmp_path: Path, master: MasterDatase
     assert read_commit(master.path, 2) is None
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_trimming_the_log_keeps_every_version_from_the_one_to_keep(tmp_path: Path, spark: Any) -> None:
     """Commits before the newest checkpoint at or below ``keep_from`` go; every version from ``keep_from``
     on reads the same rows (delta-rs and delta-spark, which is also how the speed layer's source reads),

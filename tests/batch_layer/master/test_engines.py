@@ -59,6 +59,7 @@ def _streamed(spark, master: MasterDataset, settings, starting: int = 0) -> list
         query.stop()
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 @pytest.mark.parametrize(("writer", "reader"), [("delta-rs", "delta-spark"), ("delta-spark", "delta-rs")])
 def test_a_master_written_by_one_engine_reads_the_same_with_the_other(spark, make_settings, tmp_path: Path,
                                                                        writer: str, reader: str) -> None:
@@ -93,6 +94,7 @@ def test_the_speed_input_starts_after_the_given_version(spark, make_settings, tm
     assert sorted((r["merchant"], r["_version"]) for r in rows) == [("after-0", second), ("after-1", second)]
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_concurrent_appends_from_both_engines_lose_nothing(spark, tmp_path: Path) -> None:
     path = tmp_path / "master"
     _master(path, "delta-rs").ensure()
@@ -130,6 +132,7 @@ def test_concurrent_appends_from_both_engines_lose_nothing(spark, tmp_path: Path
     assert seen == set(committed)
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_gold_generations_are_shared_and_never_repeated_across_engines(spark, tmp_path: Path) -> None:
     table = tmp_path / "gold" / "view"
     rs, jvm = get_engine("delta-rs"), get_engine("delta-spark")
@@ -198,6 +201,7 @@ def test_bulk_ingest_by_spark_keeps_the_ingest_semantics(spark, tmp_path: Path) 
             master.ingest_file(latin1)
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_compaction_by_jvm_delta_changes_no_row(spark, make_settings, tmp_path: Path) -> None:
     master = _master(tmp_path / "master", "delta-spark")
     batches = [_events(f"c{i}", 3) for i in range(4)]

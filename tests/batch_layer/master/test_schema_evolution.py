@@ -118,6 +118,7 @@ def _streamed(spark, master: MasterDataset, settings) -> Counter:
     return Counter((r["page"], r["ms"], r["referrer"]) for r in rows if r["_kind"] == "event")
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_an_added_optional_field_evolves_the_master_and_old_rows_read_null(spark, make_settings, tmp_path: Path,
                                                                           storage_engine: str) -> None:
     path = tmp_path / "master"

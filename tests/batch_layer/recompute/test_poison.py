@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from batch_layer.master.dead_letters import DeadLetters
 from batch_layer.recompute.job import run_batch
@@ -30,6 +31,7 @@ EVENTS = readings(("u1", 10.0, 2.0), ("u1", 6.0, 0.0), ("u2", 1e308, 1e-10), ("u
                   ("u5", 1.0, 0.0))
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_poison_events_are_left_out_kept_once_and_an_overflow_is_answered_as_such(
         spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,
         storage_engine: str) -> None:

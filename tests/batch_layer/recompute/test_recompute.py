@@ -139,6 +139,7 @@ def test_wordcount_gold_tables_match_oracle(spark: Any, make_settings: Callable[
     assert sum(v["count"] for v in all_time.values()) == sum(len(oracle.words(e["text"])) for e in events)
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_payments_gold_tables_match_oracle(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                            tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")
@@ -156,6 +157,7 @@ def test_payments_gold_tables_match_oracle(spark: Any, make_settings: Callable[.
     assert min(v["count"] for v in want["spend_by_user"].values()) <= 10
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_second_ingest_and_batch_publish_a_new_generation(spark: Any, make_settings: Callable[..., Settings],
                                                           redis_url: str, tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

@@ -33,6 +33,7 @@ def _records(count: int, keys: int) -> list[tuple[bytes, bytes]]:
     return [(f"key-{i % keys}".encode(), f"value-{i}-é".encode()) for i in range(count)]
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_records_produced_to_three_partitions_are_consumed_back_exactly(kafka_broker: str) -> None:
     topic = unique_topic()
     create_topic(kafka_broker, topic, partitions=3)
@@ -60,6 +61,7 @@ def test_records_produced_to_three_partitions_are_consumed_back_exactly(kafka_br
         sorted((r.partition, r.offset, r.key, r.value) for r in read)
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 @pytest.mark.uses_kafka
 def test_stop_leaves_no_process_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
     folder = tmp_path / "kafka"

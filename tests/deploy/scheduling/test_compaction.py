@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
@@ -44,6 +45,7 @@ def active_files(settings: Settings) -> int:
     return len(DeltaTable(str(settings.master_path)).file_uris())
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_compaction_changes_no_answer_and_is_not_a_change(spark, make_settings, api) -> None:
     settings = make_settings(master_compact_every="off", master_compact_commits=1)
     pipeline = load_pipeline(settings.pipeline)
@@ -113,6 +115,7 @@ def test_compaction_is_due_after_k_commits_or_n_minutes_with_new_commits(tmp_pat
     assert sorted(rows.column("text").to_pylist()) == ["a", "b", "c", "d", "e"]
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_the_log_is_trimmed_to_what_the_served_generation_and_the_speed_layer_read(spark, make_settings, api) -> None:
     """After a compaction the scheduler trims the master's log: commit files before the newest checkpoint
     at or below the served generation go, time travel to that generation still reads every event it

@@ -164,6 +164,7 @@ def check_view_list(client: httpx.Client, published: Published) -> None:
         assert info["computed_at"] is not None
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_wordcount_views_over_http_match_oracle(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                                 api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="wordcount")

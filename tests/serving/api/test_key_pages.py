@@ -39,6 +39,7 @@ from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, START, flight
 from tests.support.key_pages import as_oracle, check_values, every_page, page, rows_of
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 @pytest.mark.parametrize("store", ["redis", "redis-cluster"])
 def test_paging_lists_every_key_once_across_a_flip_and_filters_match_pandas(
         store: str, spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,

@@ -58,6 +58,7 @@ def _problems(http: httpx.Client, prefix: str, published: Published) -> list[str
     return problems
 
 
+@pytest.mark.slow  # over 10 s: the end-to-end tier
 def test_each_pipeline_answers_its_own_oracle(two: tuple[Settings, dict[str, Published]], redis_url: str) -> None:
     from serving.api.app import create_app
 
