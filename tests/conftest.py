@@ -92,35 +92,27 @@ def module_redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.close()
 
 
+def _settings_maker(folder: Path, redis_url: str) -> Callable[..., Settings]:
+    """``make(**overrides)``: settings with data under ``folder``, on ``redis_url``, small Spark shuffles."""
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {"data_dir": folder / "data", "redis_url": redis_url, "spark_master": "local[2]",
+                                  "spark_shuffle_partitions": 2}
+        return load_settings(**{**values, **overrides})
+
+    return make
+
+
 @pytest.fixture(scope="module")
 def module_settings(tmp_path_factory: pytest.TempPathFactory, module_redis_url: str) -> Callable[..., Settings]:
     """``make_settings`` for module-scoped data: under a folder of the module's, on ``module_redis_url``."""
-    folder = tmp_path_factory.mktemp("module")
-
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "data_dir": folder / "data", "redis_url": module_redis_url, "spark_master": "local[2]",
-            "spark_shuffle_partitions": 2,
-        }
-        values.update(overrides)
-        return load_settings(**values)
-
-    return make
+    return _settings_maker(tmp_path_factory.mktemp("module"), module_redis_url)
 
 
 @pytest.fixture
 def make_settings(tmp_path: Path, redis_url: str) -> Callable[..., Settings]:
     """Settings for this test: data under tmp_path, the session's Redis, small Spark shuffles."""
-
-    def make(**overrides: Any) -> Settings:
-        values: dict[str, Any] = {
-            "data_dir": tmp_path / "data", "redis_url": redis_url, "spark_master": "local[2]",
-            "spark_shuffle_partitions": 2,
-        }
-        values.update(overrides)
-        return load_settings(**values)
-
-    return make
+    return _settings_maker(tmp_path, redis_url)
 
 
 @pytest.fixture(params=["delta-rs", "delta-spark"])
