@@ -26,7 +26,6 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING, NamedTuple
 
-from serving.store.heartbeat import SpeedHealth
 from serving.store.segments import SEGMENT_LAYOUT
 from speed_layer.errors import NothingServedError
 
@@ -131,7 +130,7 @@ def _fresh_segments(store: PipelineStore, logic: str, checkpoint: Path, served: 
         shutil.rmtree(checkpoint)
     if relaid or store.generation_logic(served) == logic:
         store.segments.reset(served)  # rebuilt from the served generation on
-        SpeedHealth(store.client, store.keys.speed).rebuilt_from(served)
+        store.health.rebuilt_from(served)
     else:  # not ours to rebuild: they stay, as after a change of logic (a checkpoint lost in between)
         log.warning("generation %d was computed under other logic than this code's %s: its segments are kept "
                     "and answers stay as they are until a batch run under this logic is served", served, logic)
@@ -147,5 +146,5 @@ def _started(store: PipelineStore, logic: str, settings: SpeedConfig, epoch: str
     (checkpoint / _IDENTITY).write_text(json.dumps({
         "query": identity.query, "epoch": epoch, "partitions": identity.partitions, "chunk": identity.chunk,
         "logic": logic, "layout": SEGMENT_LAYOUT, "format": CHECKPOINT_FORMAT, "starting": served}))
-    SpeedHealth(store.client, store.keys.speed).started(query=identity.query, started_after=served)
+    store.health.started(query=identity.query, started_after=served)
     return identity

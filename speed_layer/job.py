@@ -42,7 +42,6 @@ from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.object_store import table_uri
 from serving.store.connection import redis_client, store_keys
-from serving.store.heartbeat import SpeedHealth
 from serving.store.session import PipelineStore
 from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
@@ -129,8 +128,7 @@ class SpeedLayer:
         """Say the speed layer is alive (also when no new versions arrive), what it is doing (``state``, else
         what it waits for, else running), and where its Spark UI is ('' if off)."""
         state = state or self.waiting or "running"
-        SpeedHealth(self.store.client, self.store.keys.speed).beat(query=self.query_id, state=state,
-                                                                   ui_url=self.spark.sparkContext.uiWebUrl or "")
+        self.store.health.beat(query=self.query_id, state=state, ui_url=self.spark.sparkContext.uiWebUrl or "")
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -253,7 +251,7 @@ class SpeedLayer:
             self.heartbeat()
             return
         self.store.commit_processed(bases, last)
-        SpeedHealth(self.store.client, self.store.keys.speed).record_success(  # a success: no longer failing, if it was
+        self.store.health.record_success(  # a success: no longer failing, if it was
             processed=last, batch_id=batch_id, heartbeat_at=time.time(), query=self.query_id,
             last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3), last_batch_poisoned=poisoned,
             state=self.waiting or "running",

@@ -4,8 +4,9 @@ Each caller (the batch run, the speed layer's driver, the scheduler, the CLI) bu
 ``PipelineStore`` and asks it, rather than handing a client and keys to each call. The protocols stay
 in their modules (``generations``: the epoch and the pointer; ``logic``: claims and the wait;
 ``segment_commits``: the commit and the plan); the session's methods are their one public face.
-A generation's lifecycle and the realtime segments' index are reached the same way, bound to the
-session (``generations``, ``segments``), as ``deltalake.DeltaTable.optimize`` is to its table.
+A generation's lifecycle, the realtime segments' index and the speed heartbeat's writer are reached
+the same way, bound to the session (``generations``, ``segments``, ``health``), as
+``deltalake.DeltaTable.optimize`` is to its table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 import redis
 
 from serving.store.generations import Generations, _ensure_epoch, _read_epoch, _served_generation
+from serving.store.heartbeat import SpeedHealth
 from serving.store.keys import Keys
 from serving.store.logic import _claim_segment, _generation_logic, _mark_waiting, _satisfy_waiting, _waiting_for
 from serving.store.segment_commits import _commit_processed, _save_plan, _saved_plan
@@ -24,7 +26,7 @@ from serving.store.segments import Segments
 class PipelineStore:
     """Pipeline ``keys.pipeline``'s serving store in the Redis ``client`` talks to (one Redis or a cluster).
 
-    Cheap to build and holds no state of its own besides its two parts: build one per caller and keep it.
+    Cheap to build and holds no state of its own besides its three parts: build one per caller and keep it.
     """
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
@@ -33,6 +35,8 @@ class PipelineStore:
         self.generations = Generations(client, keys)
         #: The realtime segments' index and reset (``serving.store.segments``).
         self.segments = Segments(client, keys)
+        #: The writer of the speed layer's heartbeat hash (``serving.store.heartbeat``).
+        self.health = SpeedHealth(client, keys.speed)
 
     # --- the epoch and the generation served (serving.store.generations)
 
