@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 from deploy.data_dir import private_dir
 from deploy.runtime.class_archive import archive_options
+from deploy.runtime.resolved_jars import record, use_recorded
 from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 from deploy.runtime.signals import signals_held
 from deploy.terminal import console
@@ -113,9 +114,13 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     if sharing:
         options = builder._options.get("spark.driver.extraJavaOptions", "")
         builder = builder.config("spark.driver.extraJavaOptions", f"{options} {sharing}".strip())
+    asked = dict(builder._options)
+    resolves = launches and not use_recorded(builder._options)  # packages resolved before: their jars, no Ivy
     if log_file is not None:
         _start_jvm(builder, log_file, echo=echo)
     spark = builder.getOrCreate()
+    if resolves:
+        record(asked, spark)
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark
