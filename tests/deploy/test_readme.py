@@ -875,9 +875,11 @@ def _stop_group(shell: subprocess.Popen[bytes]) -> None:
         os.killpg(shell.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    shell.wait(60)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # `up` stopping its parts (a JVM dumping its class archive)
+        shell.wait(60)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
+        shell.poll()  # reaped once it exits: a zombie still counts in its group
         try:
             os.killpg(shell.pid, 0)
         except ProcessLookupError:

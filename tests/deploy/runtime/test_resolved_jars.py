@@ -1,7 +1,7 @@
 """Packages resolved once: the jars the suite's own driver resolved are recorded and handed to the next driver.
 
-The suite's session resolved JVM Delta with Ivy; its record names exactly the jars Spark put on that
-driver (read back from the running JVM), and a record with a jar gone from disk is not used. That a
+The suite's session loaded JVM Delta (resolved by Ivy, or from a record an earlier driver on this machine
+wrote); a record names exactly the jars Spark put on that driver (read back from the running JVM), and a record with a jar gone from disk is not used. That a
 driver started from a record runs Delta is what every delta-spark subprocess test after the first does.
 """
 
@@ -12,17 +12,20 @@ from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
+from batch_layer.master.delta_spark import delta_spark_conf
 from deploy.runtime.resolved_jars import record, use_recorded
 
 
-def _asked(spark: SparkSession, ivy: Path) -> dict[str, str]:
-    conf = spark.sparkContext.getConf()
-    return {"spark.jars.packages": conf.get("spark.jars.packages"), "spark.jars.excludes": conf.get("spark.jars.excludes"),
+def _asked(ivy: Path) -> dict[str, str]:
+    """What a delta-spark driver asks for (the session's own options may already be a record's jars: records
+    live beside the machine's shared Ivy cache, so a fresh clone's first driver can start from one)."""
+    conf = delta_spark_conf(ivy, snapshot_partitions=2)
+    return {"spark.jars.packages": conf["spark.jars.packages"], "spark.jars.excludes": conf["spark.jars.excludes"],
             "spark.jars.ivy": str(ivy), "spark.app.name": "any"}
 
 
 def test_the_jars_a_driver_resolved_replace_its_packages_next_time(spark: SparkSession, tmp_path: Path) -> None:
-    asked = _asked(spark, tmp_path / "ivy")
+    asked = _asked(tmp_path / "ivy")
     resolved = spark.sparkContext.getConf().get("spark.jars").split(",")
     assert any("delta-spark" in jar for jar in resolved)
     assert not use_recorded(dict(asked)), "nothing recorded yet: the driver resolves"
@@ -37,7 +40,7 @@ def test_the_jars_a_driver_resolved_replace_its_packages_next_time(spark: SparkS
 
 
 def test_a_record_whose_jar_is_gone_is_not_used(spark: SparkSession, tmp_path: Path) -> None:
-    asked = _asked(spark, tmp_path / "ivy")
+    asked = _asked(tmp_path / "ivy")
     record(asked, spark)
     [path] = (tmp_path / "ivy" / "resolved").iterdir()
     gone = tmp_path / "cleaned" / "delta-spark.jar"
