@@ -107,10 +107,10 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
             if not _start(supervisor, settings, masters, redis_url, env, logs, console,
                           generate_traffic=generate_traffic):
                 return 1
+            stop = stop_on_signals()  # before the banner: a stop asked the moment it says "Ctrl-C" is a clean one
             default = masters[settings.pipeline_names[0]]
             _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url,
                     empty=not default.holds_data())
-            stop = stop_on_signals()
             while not stop.is_set():
                 supervisor.watch_once()
                 stop.wait(0.5)
