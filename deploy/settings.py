@@ -103,6 +103,10 @@ class Settings(KafkaSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
     ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000,
                                           description="How long an ingest commit waits to gather concurrent requests.")
+    max_range_panes: int = Field(2_000, ge=1, le=100_000, description="Most panes (windows of a tumbling view, slides "
+                                 "of a sliding one) a key read or key listing combines: one atomic read (422 above).")
+    max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
+                               "combines (one atomic threshold merge over two ranked lists a pane; 422 above).")
     batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
                                                          "or a cron expression.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
@@ -110,20 +114,16 @@ class Settings(KafkaSettings):
         "LAMBDA_BATCH_SCHEDULE."
     )
     generate_rate: float = Field(20.0, gt=0, le=100_000, description="Demo traffic: events per second.")
-    master_compact_every: str | None = Field(
-        "10m", description="The batch scheduler compacts the master dataset's small files this often ('off': never)."
-    )
-    master_compact_commits: int = Field(
-        1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
-    )
+    master_compact_every: str | None = Field("10m", description="The batch scheduler compacts the master dataset's "
+                                             "small files this often ('off': never).")
+    master_compact_commits: int = Field(1_000, ge=0, description="... or once this many commits landed since its last "
+                                        "compaction (0: no such trigger).")
     master_vacuum_retention_hours: float = Field(
         168, ge=0, description="After each compaction the master is vacuumed: the files compactions removed are deleted "
                                "once their removal is this old and no version still read needs them.",
     )
-    gold_keep_generations: int = Field(
-        3, ge=2, description="Generations of each view's gold table kept readable by time travel (the served one "
-                             "always); older ones' files are vacuumed after each served flip.",
-    )
+    gold_keep_generations: int = Field(3, ge=2, description="Generations of each view's gold table kept readable by "
+                                       "time travel (the served one always); older ones' files are vacuumed after each flip.")
     master_log_keep_versions: int = Field(
         1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
                                  "versions, besides every version the served generation and the speed layer still read.",

@@ -33,3 +33,11 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
 
     @property
     def ingest_group_commit_ms(self) -> float: ...
+
+    @property
+    def max_range_panes(self) -> int:
+        """Most panes a key read or key listing combines."""
+
+    @property
+    def max_top_panes(self) -> int:
+        """Most panes a top-N combines."""

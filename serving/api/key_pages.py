@@ -53,7 +53,7 @@ from typing import Any
 from serving.api.cursor_body import cursor_fields
 from serving.api.errors import BadQueryError, ConflictError, UnavailableError
 from serving.api.models import KeyEntry, KeyPage, WindowSpan
-from serving.api.queries import MAX_KEY_CHARS, integral_measures, read_items, row_value, span
+from serving.api.queries import MAX_KEY_CHARS, integral_measures, read_items, row_value, span_of
 from serving.store.keys import decode_key, encode_key, suffix
 from serving.store.reader import ServingStore
 from serving.store.reads import Generation, KeyListing
@@ -173,7 +173,7 @@ def decode_cursor(listing: Listing, cursor: str | None) -> Cursor:
         raise BadQueryError(_UNREADABLE) from e
     starts, index = listing.starts, 0
     if window is not None and starts and listing.view.window:
-        index = (window - starts[0]) // listing.view.window.seconds
+        index = (window - starts[0]) // listing.view.window.pane_seconds
     fits = not starts if window is None else 0 <= index < len(starts) and starts[index] == window
     if fingerprint != listing.fingerprint or not fits:
         raise BadQueryError(
@@ -315,7 +315,7 @@ async def _values(store: ServingStore, listing: Listing, rows: list[Position],
         entries.append(KeyEntry(
             key=key, value=value,
             columns=dict(zip(view.keys, decode_key(key, len(view.keys)))) if len(view.keys) > 1 else None,
-            window=WindowSpan(**span(start, view.window.seconds)) if start is not None and view.window else None,
+            window=WindowSpan(**span_of(start, view.window.pane_seconds)) if start is not None and view.window else None,
         ))
     return served, entries
 

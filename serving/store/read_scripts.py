@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from serving.store.generation_meta import LUA_META
 from serving.store.keys import LUA_NAMES
+from serving.store.threshold import THRESHOLD
 
 # Every read states the version it is exact at: the generation, or the realtime segment's
 # ``processed``. A realtime row is a hash field in the batch row's layout (``speed_layer.segments``):
@@ -136,7 +137,8 @@ return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime,
 # threshold merge of a small segment reads as much, in more calls). Candidates for an exact top n, answered as
 # {generation, processed, meta, batch-only candidates (key, score...), candidates with a realtime
 # part (key, score...), their batch scores ('' = none)}:
-# * combine known: a threshold merge (Fagin's TA) of the batch ranking and the realtime sorted set,
+# * combine known: a threshold merge (Fagin's TA, ``serving.store.threshold``) of the batch ranking and the
+#   realtime sorted set,
 #   read in descending pages: every key read is scored exactly (both parts); it stops once n of
 #   them score strictly above what any key not yet read can reach (``bound``: a key not read has
 #   batch <= the last batch score read and realtime <= the last realtime score read, or lacks that
@@ -149,7 +151,7 @@ return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime,
 # batch's top n + R above is of finite scores.
 # The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
 # {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
-TOP = HEADER + """
+TOP = HEADER + THRESHOLD + """
 local measure, sfx, n, combine = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local bz, rz = scores_key(bp, measure, sfx), scores_key(sp, measure, sfx)
 if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
@@ -177,16 +179,6 @@ if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then
   for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
   return {generation, processed, meta, top, realtime, under}
 end
-local NONE = -math.huge
-local function merged(b, r)
-  if b == nil then return r elseif r == nil then return b end
-  if combine == 'sum' then return b + r elseif combine == 'max' then return math.max(b, r) end
-  return math.min(b, r)
-end
-local function bound(b, r)  -- NONE: no key left in that list
-  if combine == 'sum' and b > NONE and r > NONE then return math.max(b, r, b + r) end
-  return math.max(b, r)
-end
 local seen, above = {}, {}
 local function see(key)
   if seen[key] then return end
@@ -200,7 +192,7 @@ local function see(key)
   else
     return
   end
-  local m = merged(b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
+  local m = merged(combine, b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
   if m < math.huge then above[#above + 1] = m end  -- an overflowed value is no candidate for the n
 end
 for key in pairs(saved) do see(key) end
@@ -213,12 +205,79 @@ while true do
   lb = #bs < 2 * page and NONE or tonumber(bs[#bs])
   lr = #rs < 2 * page and NONE or tonumber(rs[#rs])
   if lb == NONE and lr == NONE then break end
-  local reach, count = bound(lb, lr), 0
+  local reach, count = bound(combine, {lb, lr}), 0
   for _, m in ipairs(above) do if m > reach then count = count + 1 end end
   if count >= n then break end
   at, page = at + page, math.min(page * 2, 4096)
 end
 return {generation, processed, meta, top, realtime, under}
+"""
+
+# ARGV: prefix, view, measure, n, combine ('sum', 'max' or 'min'), generation just ranked ('' = none),
+# panes, then per pane: its suffix and '1' when its batch ranking was just built for that generation.
+# Answers {generation, processed, meta, candidates: key, then its part in each list ('' = none)...}: the keys
+# whose merged value is at least the n-th best met (ties included). A pane whose rows exist without a
+# ranking answers {generation, 'unranked', layout, suffix}: its ranking is built on first use, as for TOP.
+RANGE_TOP = HEADER + THRESHOLD + """
+local measure, n, combine, ranked, np = ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], tonumber(ARGV[7])
+local lists, saved, known = {}, {}, {}
+for j = 1, np do
+  local sfx, built = ARGV[6 + 2 * j], ARGV[7 + 2 * j]
+  local bz = scores_key(bp, measure, sfx)
+  if not (generation == ranked and built == '1') and redis.call('EXISTS', bz) == 0
+      and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
+    return {generation, 'unranked', meta[5] or '[]', sfx}
+  end
+  lists[2 * j - 1], lists[2 * j] = bz, scores_key(sp, measure, sfx)
+  local inflight = {}
+  if uncommitted(sp, sfx) then
+    local undo, at = redis.call('HGETALL', undo_key(sp, sfx)), position_of(measure)
+    for t = 1, #undo, 2 do inflight[undo[t]] = undo[t + 1] ~= '' and cjson.decode(undo[t + 1])[at] or '' end
+  end
+  saved[2 * j - 1], saved[2 * j], known[2 * j - 1], known[2 * j] = {}, inflight, {}, {}
+end
+local nl = #lists
+local seen, values, parts = {}, {}, {}
+local function score(key)
+  seen[key] = true
+  local m, row = nil, {}
+  for l = 1, nl do
+    local s = saved[l][key]
+    if s == nil then s = known[l][key] or redis.call('ZSCORE', lists[l], key) or '' end
+    row[l] = s
+    if s ~= '' then m = merged(combine, m, tonumber(s)) end
+  end
+  if m ~= nil and m < math.huge then values[#values + 1] = m; parts[#parts + 1] = {key, m, row} end
+end
+for l = 2, nl, 2 do for key in pairs(saved[l]) do if not seen[key] then score(key) end end end
+local last, at, page = {}, 0, math.max(n, 16)
+for l = 1, nl do last[l] = 0 end
+while true do
+  local met, open = {}, false
+  for l = 1, nl do
+    if last[l] > NONE then
+      local rs = redis.call('ZREVRANGE', lists[l], at, at + page - 1, 'WITHSCORES')
+      for t = 1, #rs, 2 do known[l][rs[t]] = rs[t + 1]; met[#met + 1] = rs[t] end
+      last[l] = #rs < 2 * page and NONE or tonumber(rs[#rs])
+      open = open or last[l] > NONE
+    end
+  end
+  for _, key in ipairs(met) do if not seen[key] then score(key) end end
+  if not open then break end
+  local reach, count = bound(combine, last), 0
+  for _, m in ipairs(values) do if m > reach then count = count + 1 end end
+  if count >= n then break end
+  at, page = at + page, math.min(page * 2, 4096)
+end
+table.sort(values, function(a, b) return a > b end)
+local floor, out = values[math.min(n, #values)], {}
+for _, p in ipairs(parts) do
+  if p[2] >= floor then
+    out[#out + 1] = p[1]
+    for l = 1, nl do out[#out + 1] = p[3][l] end
+  end
+end
+return {generation, processed, meta, out}
 """
 
 # KEYS: the ranking's temporary key, the ranking, the generation pointer; ARGV: the generation.

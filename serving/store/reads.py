@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta, MetaHeader
 from serving.store.keys import Keys, suffix
 from serving.store.replies import text
@@ -51,6 +52,21 @@ class Generation:
                    dict(meta.rows), meta.logic)
 
 
+def definition_changed(view: str, served: Generation) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"view {view!r} is defined differently in the served batch generation {served.generation} (computed under "
+        f"logic {served.logic or 'unrecorded'}) than in the pipeline code this API runs: it is served once a batch "
+        "run under this code is (the scheduler starts one when it sees the change)", retry_after=30)
+
+
+def not_in_generation(view: str, served: Generation) -> StoreUnavailableError:
+    """A view the served generation does not hold: one added to the pipeline since it was computed."""
+    return StoreUnavailableError(
+        f"view {view!r} is not in the served batch generation {served.generation} (computed under logic "
+        f"{served.logic or 'unrecorded'}, before the view was added): it is served once a batch run under the "
+        "current pipeline code is (the scheduler starts one when it sees the change)", retry_after=30)
+
+
 @dataclass(frozen=True)
 class KeyRead:
     """Raw parts of one read, per item (key in a window): batch and realtime scalars and distinct counts."""
@@ -69,6 +85,15 @@ class TopRead:
     generation: Generation
     batch: dict[str, float]
     realtime: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RangeTopRead:
+    """Candidates of a top-N over several panes: per key, its part in each ranked list, pane by pane
+    (batch, then realtime; None: no part), in the order ``RANGE_TOP`` merged them."""
+
+    generation: Generation
+    parts: dict[str, list[float | None]]
 
 
 @dataclass(frozen=True)
@@ -102,3 +127,39 @@ class TopAsk:
     def args(self, bucket: Keys, ranked: str = "") -> list:
         return [bucket.prefix, self.view, self.measure, suffix(self.window_start), self.n, ranked, self.combines,
                 SMALL_SEGMENT]
+
+    @staticmethod
+    def candidates(replies: list[list]) -> tuple[dict[str, float], dict[str, float]]:
+        """The buckets' candidates (``TOP`` replies): batch parts and realtime parts, by key."""
+        batch: dict[str, float] = {}
+        rt: dict[str, float] = {}
+        for _, _, _, top, realtime, under in replies:
+            batch.update({top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)})
+            members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
+            batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
+            rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
+        return batch, rt
+
+
+@dataclass(frozen=True)
+class RangeTopAsk:
+    """What a top-N over several panes asks each bucket (``RANGE_TOP`` in ``serving.store.read_scripts``)."""
+
+    view: str
+    measure: str
+    window_starts: tuple[int, ...]
+    n: int
+    combines: str
+
+    def args(self, bucket: Keys, ranked: str = "", built: frozenset[int] = frozenset()) -> list:
+        """The call's arguments; ``built``: the panes whose ranking was just built for generation ``ranked``."""
+        panes: list = []
+        for start in self.window_starts:
+            panes += [suffix(start), "1" if start in built else ""]
+        return [bucket.prefix, self.view, self.measure, self.n, self.combines, ranked, len(self.window_starts), *panes]
+
+    def candidates(self, flat: list) -> dict[str, list[float | None]]:
+        """A bucket's candidates (key, then a part per list, '' = none) by key."""
+        width = 1 + 2 * len(self.window_starts)
+        return {flat[i].decode(): [float(v) if v not in (b"", "") else None for v in flat[i + 1:i + width]]
+                for i in range(0, len(flat), width)}
