@@ -114,7 +114,7 @@ def parse_time(value: Any) -> datetime | RelativeTime | None:
     try:
         return time_from_text(text)
     except PydanticCustomError as e:
-        if not re.fullmatch(r"-[0-9]+[a-z]+", text):
+        if not re.fullmatch(r"-[0-9]*[a-zA-Z].*", text):
             raise
         raise PydanticCustomError("time", "{shown} is not a time relative to now (units s, m, h, d, w): give {forms}",
                                   {"shown": echo(text), "forms": QUERY_TIME_FORMS}) from e
