@@ -237,7 +237,12 @@ for j = 1, np do
   saved[2 * j - 1], saved[2 * j], known[2 * j - 1], known[2 * j] = {}, inflight, {}, {}
 end
 local nl = #lists
-local seen, values, parts = {}, {}, {}
+local seen, best, parts, last = {}, {}, {}, {}
+local function keep(m)  -- best: the n highest values scored, highest first
+  local at = #best + 1
+  while at > 1 and best[at - 1] < m do at = at - 1 end
+  if at <= n then table.insert(best, at, m); best[n + 1] = nil end
+end
 local function score(key)
   seen[key] = true
   local m, row = nil, {}
@@ -247,10 +252,20 @@ local function score(key)
     row[l] = s
     if s ~= '' then m = merged(combine, m, tonumber(s)) end
   end
-  if m ~= nil and m < math.huge then values[#values + 1] = m; parts[#parts + 1] = {key, m, row} end
+  if m ~= nil and m < math.huge then keep(m); parts[#parts + 1] = {key, m, row} end
+end
+local function ceiling(key)  -- at least the key's value: its parts read, or what a list not yet read to it allows
+  local c = nil
+  for l = 1, nl do
+    local s, v = known[l][key], nil
+    if s ~= nil then v = tonumber(s)
+    elseif last[l] > NONE and combine ~= 'min' then v = combine == 'sum' and math.max(last[l], 0) or last[l] end
+    if v ~= nil then c = merged(combine, c, v) end
+  end
+  return c
 end
 for l = 2, nl, 2 do for key in pairs(saved[l]) do if not seen[key] then score(key) end end end
-local last, at, page = {}, 0, math.max(n, 16)
+local at, page = 0, math.max(n, 16)
 for l = 1, nl do last[l] = 0 end
 while true do
   local met, open = {}, false
@@ -262,15 +277,19 @@ while true do
       open = open or last[l] > NONE
     end
   end
-  for _, key in ipairs(met) do if not seen[key] then score(key) end end
-  if not open then break end
-  local reach, count = bound(combine, last), 0
-  for _, m in ipairs(values) do if m > reach then count = count + 1 end end
-  if count >= n then break end
+  local fresh, ceilings = {}, {}
+  for _, key in ipairs(met) do
+    if not seen[key] and not ceilings[key] then ceilings[key] = ceiling(key); fresh[#fresh + 1] = key end
+  end
+  table.sort(fresh, function(a, b) return ceilings[a] > ceilings[b] end)
+  for _, key in ipairs(fresh) do  -- highest ceiling first: once n values beat the rest's ceilings, skip them
+    if #best >= n and ceilings[key] < best[n] then break end
+    score(key)
+  end
+  if not open or (#best >= n and best[n] > bound(combine, last)) then break end
   at, page = at + page, math.min(page * 2, 4096)
 end
-table.sort(values, function(a, b) return a > b end)
-local floor, out = values[math.min(n, #values)], {}
+local floor, out = best[#best], {}
 for _, p in ipairs(parts) do
   if p[2] >= floor then
     out[#out + 1] = p[1]

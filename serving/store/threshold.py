@@ -34,10 +34,19 @@ first, at their saved (committed) score, so the sorted order bounds only keys at
 score. An overflowed sum (a part of ``+inf``, ``shared_logic.measures``) has no number to rank by: it
 is met like any key but never counted among the ``n`` nor returned.
 
+**Skipping keys that cannot make it.** A key met in a page has a *ceiling*, at least its value: its
+parts read so far, and for each list not read down to it what ``bound`` allows there (``max(last[l], 0)``
+for a sum, ``last[l]`` for a max; a min is at most its smallest part read). The keys met in a round are
+scored highest ceiling first, and once ``n`` keys are scored the rest whose ceiling is strictly below the
+``n``-th value scored are not: their value is below ``n`` others, whatever it is (the same monotone
+rounding argument holds for the ceiling's sum). A key skipped so is met again if a later page holds it,
+with more of its parts read; the stop rule above counts only keys scored.
+
 **Cost.** Pages double from ``max(n, 16)`` entries per list; a key met in a page is scored from the
 pages already read where it appeared there, by ``ZSCORE`` elsewhere. When the top keys of a range are
 near the top of its panes (popular keys are popular in most panes), the merge stops after a page or
-two of each list; adversarial data (a different top in every pane) reads deeper, still exactly.
+two of each list, scoring little more than the top keys themselves; adversarial data (a different top
+in every pane) reads deeper, still exactly.
 """
 
 from __future__ import annotations
