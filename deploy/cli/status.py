@@ -30,11 +30,10 @@ from deploy.settings import Settings
 from deploy.supervision.supervisor import read_children
 from serving.store.connection import is_cluster, redis_client
 from serving.store.errors import StoreUnavailableError
-from serving.store.generation_meta import GenerationMeta
-from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.ingest_status import IngestStatusRecord
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
+from serving.store.session import PipelineStore
 from shared_logic.registry import load_pipeline
 
 PARTS = ("master dataset", "redis", "batch layer", "speed layer", "api", "scheduler", "last batch run")
@@ -200,10 +199,10 @@ def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | Non
         _unreachable(url, e, parts)
         return
     parts["redis"] = Part("redis", True, where)
-    keys = Keys(pipeline)
+    store = PipelineStore(client, Keys(pipeline))
     registry = RunRegistry(client, pipeline)
     served: int | None = None
-    probes = (("batch layer", lambda: _served(client, keys, logic)), ("speed layer", lambda: _speed(client, keys, latest, served)),
+    probes = (("batch layer", lambda: _served(store, logic)), ("speed layer", lambda: _speed(store, latest, served)),
               ("scheduler", lambda: _scheduler(registry)), ("last batch run", lambda: _last_run(registry)))
     for name, probe in probes:
         try:
@@ -216,12 +215,11 @@ def _redis_parts(client: redis.Redis, url: str, pipeline: str, latest: int | Non
             served = parts[name].facts.get("generation")
 
 
-def _served(client: redis.Redis, keys: Keys, logic: str) -> Part:
-    value = client.get(keys.current)
-    if value is None:
+def _served(store: PipelineStore, logic: str) -> Part:
+    served = store.served_generation()
+    if served is None:
         return Part("batch layer", False, "nothing published yet: no batch generation is served")
-    served = int(value)
-    meta = GenerationMeta.from_hash(client.hgetall(keys.meta(served)))
+    meta = store.generation_meta(served)
     age = f", computed {time.time() - meta.computed_at:.0f}s ago" if meta.computed_at else ""
     served_logic = meta.logic
     detail = f"serving generation {served}{age}, logic {served_logic or 'unrecorded'}"
@@ -231,8 +229,8 @@ def _served(client: redis.Redis, keys: Keys, logic: str) -> Part:
                 {"generation": served, "logic": served_logic or None, "pending_logic": logic if served_logic != logic else None})
 
 
-def _speed(client: redis.Redis, keys: Keys, latest: int | None, served: int | None) -> Part:
-    speed = SpeedHeartbeat.from_hash(client.hgetall(keys.speed))
+def _speed(store: PipelineStore, latest: int | None, served: int | None) -> Part:
+    speed = store.speed_heartbeat()
     beat = speed.seconds_ago()
     if beat is None:
         part = Part("speed layer", False, "never ran: answers come from the batch generation alone",

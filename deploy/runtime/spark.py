@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 from deploy.data_dir import private_dir
 from deploy.runtime.class_archive import archive_options
+from deploy.runtime.resolved_jars import record, use_recorded
 from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 from deploy.runtime.signals import signals_held
 from deploy.terminal import console
@@ -79,6 +80,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     shared Ivy cache beside the engine's. The Spark UI and the event log follow ``LAMBDA_SPARK_UI*`` / ``LAMBDA_SPARK_EVENT_LOG_DIR``
     (``ui=True`` also turns the UI on); ``LAMBDA_SPARK_CONF`` is applied last.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     python = executor_python(settings)
@@ -105,13 +107,20 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     builder = _bound_memory(builder)  # before any operator-given settings, so those win
     for key, value in {**_cluster_conf(settings), **_operator_conf(settings, ui=ui), **settings.spark_conf}.items():
         builder = builder.config(key, str(value).lower() if isinstance(value, bool) else str(value))
-    sharing = archive_options(settings.spark_class_archive_dir, builder._options)
+    # Only a JVM this call launches gets the archive's options (a running one ignores them, and its claim
+    # would block the archive's writing for as long as this process lives).
+    launches = SparkContext._gateway is None
+    sharing = archive_options(settings.spark_class_archive_dir, builder._options) if launches else ""
     if sharing:
         options = builder._options.get("spark.driver.extraJavaOptions", "")
         builder = builder.config("spark.driver.extraJavaOptions", f"{options} {sharing}".strip())
+    asked = dict(builder._options)
+    resolves = launches and not use_recorded(builder._options)  # packages resolved before: their jars, no Ivy
     if log_file is not None:
         _start_jvm(builder, log_file, echo=echo)
     spark = builder.getOrCreate()
+    if resolves:
+        record(asked, spark)
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark

@@ -44,7 +44,6 @@ from batch_layer.recompute.stages import StageRecord
 from deploy.scheduling.compactor import MasterCompactor
 from deploy.scheduling.schedule import Schedule, check_schedule, parse_schedule
 from serving.store.errors import StoreUnavailableError
-from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import Keys
 from serving.store.runs import BatchRun, RunField, RunRegistry, RunStatus, RunTrigger, owner_id
 from serving.store.session import PipelineStore
@@ -179,7 +178,7 @@ class BatchScheduler:
         layer's last processed version, whichever is lower; None when nothing is served or Redis cannot tell."""
         try:
             served = self.store.served_generation()
-            processed = SpeedHeartbeat.from_hash(self.store.client.hgetall(self.store.keys.speed)).processed
+            processed = self.store.speed_heartbeat().processed
         except redis.RedisError as e:
             log.debug("oldest needed master version unknown: %s", e)
             return None

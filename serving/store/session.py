@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 import redis
 
+from serving.store.generation_meta import GenerationMeta
 from serving.store.generations import Generations, _ensure_epoch, _read_epoch, _served_generation
-from serving.store.heartbeat import SpeedHealth
+from serving.store.heartbeat import SpeedHealth, SpeedHeartbeat
 from serving.store.keys import Keys
 from serving.store.logic import _claim_segment, _generation_logic, _mark_waiting, _satisfy_waiting, _waiting_for
 from serving.store.segment_commits import _commit_processed, _save_plan, _saved_plan
@@ -58,6 +59,15 @@ class PipelineStore:
 
         One GET of the global pointer, which a flip moves last: every bucket serves the generation it names."""
         return _served_generation(self.client, self.keys)
+
+    def generation_meta(self, generation: int) -> GenerationMeta:
+        """Generation ``generation``'s metadata record (empty fields when it is not published): written whole by
+        the flip that serves it."""
+        return GenerationMeta.from_hash(self.client.hgetall(self.keys.meta(generation)))
+
+    def speed_heartbeat(self) -> SpeedHeartbeat:
+        """The speed layer's heartbeat as it is now (what ``health`` last wrote; all empty before its first run)."""
+        return SpeedHeartbeat.from_hash(self.client.hgetall(self.keys.speed))
 
     # --- which logic a generation and a segment hold, and the speed layer's wait (serving.store.logic)
 

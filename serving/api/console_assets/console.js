@@ -107,6 +107,26 @@ function speedState(metrics) {
     : h("span", { "data-field": "speed_state", "data-value": "heartbeat" }, "heartbeat ", num("speed_heartbeat_age", beat, " s"), " ago");
 }
 
+function metricWhere(text, name, label, value) {
+  // The sum of `name`'s samples whose `label` is `value` (a plain value: no escapes), or null when there are none.
+  let total = null;
+  for (const line of String(text).split("\n")) {
+    if (line.startsWith(name + "{") && line.includes(`${label}="${value}"`)) total = (total || 0) + Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return total;
+}
+
+function kafkaState(metrics) {
+  // The pipeline's Kafka ingest as its metrics tell it, or null when none ever reported (no Kafka configured).
+  const up = metricValue(metrics, "lambda_kafka_ingest_up");
+  if (up === null) return null;
+  const records = outcome => metricWhere(metrics, "lambda_kafka_ingest_records_total", "outcome", outcome);
+  return h("span", { "data-field": "kafka_state", "data-value": up > 0 ? "running" : "stopped" },
+    up > 0 ? "running" : h("span", { class: "error" }, "not reporting"), " · ",
+    num("kafka_appended", records("appended"), " appended"), " · ", num("kafka_dead_lettered", records("dead_lettered"), " dead letters"),
+    " · lag ", num("kafka_lag", metricValue(metrics, "lambda_kafka_ingest_lag_records"), " records"));
+}
+
 // ---- charts --------------------------------------------------------------------------------------
 function lineChart(points, { field, label, width = 560, height = 140, yUnit = "" }) {
   const pad = { l: 48, r: 8, t: 10, b: 22 };
@@ -181,6 +201,7 @@ async function overview(main) {
         h("dt", {}, "speed layer applied"), h("dd", {}, num("processed_version", views.processed_version)),
         h("dt", {}, "lag"), h("dd", {}, num("lag_versions", views.lag_versions, " versions"), " · ", num("lag_seconds", views.lag_seconds, " s")),
         h("dt", {}, "speed layer"), h("dd", {}, speedState(speed)),
+        kafkaState(speed) === null ? null : [h("dt", {}, "kafka ingest"), h("dd", {}, kafkaState(speed))],
         h("dt", {}, "ingest (all pipelines)"), h("dd", {}, num("ingest_rate", ingestRate(), " events/s"), " · ", num("events_ingested", total, " events since start")),
         h("dt", {}, "logic"), h("dd", {}, h("code", { "data-field": "logic" }, views.served_logic ?? views.logic),
           views.pending_logic ? h("span", { class: "badge warn", "data-field": "pending_logic" }, `recomputing under ${views.pending_logic}`) : null)),

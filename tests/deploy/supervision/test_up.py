@@ -69,8 +69,8 @@ def _first_run(http: httpx.Client) -> str:
 
 
 def _console_shows_the_platform(browser: Any, base: str, run_id: str, artifacts: Path) -> None:
-    """The web console of the running platform shows the speed layer's heartbeat and the versions
-    the API answers, and the recompute triggered over HTTP with every stage through the flip."""
+    """The web console of the running platform shows the speed layer's heartbeat, the Kafka ingest's counts and
+    the versions the API answers, and `up`'s first batch run with every stage through the flip."""
     load(browser, f"{base}/console", "overview")
     card = "section[data-pipeline='wordcount']"
     listing = httpx.get(f"{base}/v1/views", timeout=30).json()
@@ -78,6 +78,9 @@ def _console_shows_the_platform(browser: Any, base: str, run_id: str, artifacts:
         want = listing["views"][0]["generation"] if name == "generation" else listing[name]
         assert field(browser, name, card) == raw(want), name
     assert "heartbeat" in browser.find_element("css selector", f"{card} [data-field='speed_state']").text
+    # the Kafka section's 1,000 demo events, the file's two valid lines and its bad one (as `status` said)
+    kafka = {name: field(browser, name, card) for name in ("kafka_state", "kafka_appended", "kafka_dead_lettered")}
+    assert kafka == {"kafka_state": "running", "kafka_appended": "1002", "kafka_dead_lettered": "1"}, kafka
     browser.save_screenshot(str(artifacts / "up-overview.png"))
     load(browser, f"{base}/console#/pipelines/wordcount/runs", "runs")
     assert values(browser, f"li[data-run-id='{run_id}']", "data-run-status") == ["succeeded"]
