@@ -67,20 +67,18 @@ def top_table(answer: dict[str, Any]) -> Table:
 
 
 def keys_table(view: str, entries: Sequence[dict[str, Any]]) -> Table:
-    """A page of keys with their merged values, in the API's order (by key)."""
+    """A page of keys with their merged values, in the API's order (by key); a windowed view's rows all combine
+    the same panes, named in the title."""
     measures: list[str] = []
     for entry in entries:
         measures.extend(m for m in entry["value"] if m not in measures)
-    windowed = any(entry.get("window") for entry in entries)
-    table = Table(title=f"keys of {view}")
+    window = next((entry["window"] for entry in entries if entry.get("window")), None)
+    table = Table(title=f"keys of {view}" + (f", panes {window['start']} to {window['end']}" if window else ""))
     table.add_column("key")
-    if windowed:
-        table.add_column("window start")
     for measure in measures:
         table.add_column(measure, justify="right")
     for entry in entries:
-        window = [str((entry.get("window") or {}).get("start", ""))] if windowed else []
-        table.add_row(escape(str(entry["key"])), *window, *(_cell(entry["value"].get(m)) for m in measures))
+        table.add_row(escape(str(entry["key"])), *(_cell(entry["value"].get(m)) for m in measures))
     return table
 
 

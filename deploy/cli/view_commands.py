@@ -50,9 +50,9 @@ def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> Non
 
     keys = sub.add_parser(
         "keys", help="list a view's keys with their merged values, by key, a page at a time",
-        description="GET /v1/views/VIEW/keys: keys in key order with their merged values. Prints one page "
-                    "and the cursor of the next (--cursor); --all follows every cursor. --where COLUMN=VALUE "
-                    "filters on a key column of a composite key.")
+        description="GET /v1/views/VIEW/keys: keys in key order with their merged values, one row a key. Prints "
+                    "one page and the cursor of the next (--cursor); --all follows every cursor. --where "
+                    "COLUMN=VALUE filters on a key column of a composite key." + _RANGES)
     keys.add_argument("view", help="view name (GET /v1/views lists them)")
     keys.add_argument("--prefix", help="only keys starting with this text")
     keys.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
@@ -60,6 +60,7 @@ def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> Non
     keys.add_argument("--limit", type=int, default=100, help="keys per page (1-1000, default 100)")
     keys.add_argument("--cursor", help="continue after a previous page (its next cursor)")
     keys.add_argument("--all", action="store_true", help="every page, not just the first")
+    _time_options(keys)
     _common(keys, http_options)
     keys.set_defaults(handler=_cmd_keys)
 
@@ -113,7 +114,7 @@ def _cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     cursor = args.cursor
     with ApiClient.from_settings(settings) as api:
         while True:
-            params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **filters}
+            params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **_times(args), **filters}
             page = api.get(api.view_path(args.view, "keys"), params)
             if args.json:
                 out.print_json(json.dumps(page))

@@ -1,8 +1,9 @@
 """The body of a key-listing cursor (``serving.api.key_pages``), read strictly.
 
 A cursor is urlsafe base64 (unpadded) of a JSON object that ``key_pages.encode_cursor`` writes:
-``f`` the filters' fingerprint (text), ``w`` the window start (an integer, or null for all time),
-``t`` the kind of position (0: at key ``k``; 1: after the window's last key, ``k`` empty), ``k`` the
+``f`` the filters' fingerprint (text), ``w`` the first pane's start (an integer, or null for all time),
+``t`` the kind of position (always 0: at key ``k``; 1, after a window's last key, was written while a
+listing walked its panes one after another, and is no longer), ``k`` the
 key (urlsafe base64 of its UTF-8 bytes), ``g`` the generation the page was read at (an integer from
 0), ``l`` the logic it was computed under (text; absent in cursors made before it was recorded,
 read as unrecorded logic: ``key_pages`` answers those 409, start over).
@@ -43,11 +44,9 @@ def cursor_fields(cursor: str) -> tuple[str, int | None, int, bytes, int, str]:
         raise ValueError("not the fields of a cursor")
     fingerprint, window, kind, generation, logic, text = (body["f"], body["w"], body["t"], body["g"],
                                                          body.get("l", ""), body["k"])
-    if not (isinstance(fingerprint, str) and _is_int(kind) and kind in (0, 1) and (window is None or _is_int(window))
+    if not (isinstance(fingerprint, str) and _is_int(kind) and kind == 0 and (window is None or _is_int(window))
             and _is_int(generation) and generation >= 0 and isinstance(logic, str) and isinstance(text, str)):
         raise ValueError("a field of the wrong type or value")
     key = _unbase64(text)
     key.decode()  # a key is UTF-8 text (UnicodeDecodeError is a ValueError)
-    if kind == 1 and key:
-        raise ValueError("a position after a window's last key names no key")
     return fingerprint, window, kind, key, generation, logic

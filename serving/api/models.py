@@ -89,12 +89,13 @@ class TopAnswer(BaseModel):
 
 
 class KeyEntry(BaseModel):
-    """One row of a key listing: a key (in one window, for windowed views) and its merged value."""
+    """One row of a key listing: a key and its merged value (windowed views: over the panes asked, combined)."""
 
     key: str = Field(description="The key as the key route takes it (several key columns joined with '|').")
     columns: dict[str, str] | None = Field(default=None, description="Views with several key columns: each one's value.")
-    window: WindowSpan | None = Field(default=None, description="Windowed views: the window of this row.")
-    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for this window "
+    window: WindowSpan | None = Field(default=None, description="Windowed views: the panes this row combines, from the "
+                                                                "first one's start to the last one's end.")
+    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for these panes "
                                               f"(an overflowed sum: {OVERFLOW!r}).")
 
 
@@ -107,6 +108,10 @@ class KeyPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null after the last page.")
     generation: int = Field(description="The batch generation this page was read from.")
     version: int = Field(description="Master dataset version every value of this page is exact for.")
+    window: WindowSpan | None = Field(default=None, description=_WINDOW)
+    range: WindowSpan | None = Field(default=None, description=_RANGE)
+    covered: WindowSpan | None = Field(default=None, description=_COVERED)
+    now: datetime | None = Field(default=None, description=_NOW)
 
 
 class MeasureInfo(BaseModel):

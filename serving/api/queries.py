@@ -151,6 +151,15 @@ def row_value(view: View, read: KeyRead, i: int, integral: frozenset[str]) -> di
     return _finish(view, combine(view, [read.batch[i], read.realtime[i]], integral), read.distinct_merged[i])
 
 
+def merged_value(view: View, read: KeyRead, integral: frozenset[str]) -> dict[str, Any] | None:
+    """Every item of ``read`` (one key: its panes, or its one row) combined into the key's answer: every batch
+    and realtime part with each measure's monoid, distinct counts as the union of all of them (the read's own,
+    HyperLogLog by register union); None when no item holds a row."""
+    if not any(_held(read, i) for i in range(len(read.batch))):
+        return None
+    return _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
+
+
 def span_of(start: int, seconds: int) -> dict[str, datetime]:
     """A pane's or window's start and end, from its start and length (epoch seconds)."""
     return {"start": at(start), "end": at(start + seconds)}
@@ -184,7 +193,8 @@ async def key_answer(store: ServingStore, view: View, key: str, span: Span | Non
     integral = _known_integral(store, served, view)
     if integral is None:
         integral = await integral_measures(store, served, view)
-    value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
+    value = merged_value(view, read, integral)
+    assert value is not None, "an item holds a row"
     answer = _answer(view, key, read.generation, value)
     if starts:
         for name, echoed in spans(span).items():

@@ -312,34 +312,28 @@ redis.call('RENAME', KEYS[1], KEYS[2])
 return 1
 """
 
-# ARGV: prefix, view, key prefix, hi lex bound, limit, first window (1-based),
-# lo lex bound in the first window, lo lex bound in the others, n windows, (suffix)...
-# Candidates for a page of keys in order (window, key), from the first window on: per window, the
-# batch keys in [lo, hi] from the generation's key index (ZRANGEBYLEX: bytewise), at most as many as
-# still wanted, and every realtime key of the segment with the key prefix (the caller drops those at
-# or before its cursor: Lua's string order follows Redis's locale, so this script compares no strings).
-# It stops once it holds ``limit`` candidates. Each window answers {index, wanted, batch, realtime}.
-# A window whose rows exist but whose index does not yet answers {generation, 'unindexed', suffix}:
+# ARGV: prefix, view, key prefix, lo lex bound, hi lex bound, keys a pane, n panes, (suffix)...
+# Candidates for a page of keys in key order, every pane's rows combined per key: per pane, the first
+# batch keys in [lo, hi] from the generation's key index (ZRANGEBYLEX: bytewise; at most ``each``) and
+# every realtime key of the segment with the key prefix (the caller drops those at or before its cursor:
+# Lua's string order follows Redis's locale, so this script compares no strings). Each pane answers
+# {batch, realtime}, in the order asked; a pane that gave ``each`` batch keys may hold more after its last.
+# A pane whose rows exist but whose index does not yet answers {generation, 'unindexed', suffix}:
 # the index is built on first use (``ServingStore._index``), like the rankings.
 LIST = HEADER + """
-local kp, hi, limit, first = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local lo_first, lo_rest, ns = ARGV[7], ARGV[8], tonumber(ARGV[9])
-local windows, held = {}, 0
-for w = first, ns do
-  if held >= limit then break end
-  local sfx = ARGV[9 + w]
+local kp, lo, hi, each, ns = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local panes = {}
+for w = 1, ns do
+  local sfx = ARGV[7 + w]
   local ik = index_key(bp, sfx)
   if redis.call('EXISTS', ik) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
     return {generation, 'unindexed', sfx}
   end
-  local wanted = limit - held
-  local batch = redis.call('ZRANGEBYLEX', ik, w == first and lo_first or lo_rest, hi, 'LIMIT', 0, wanted)
   local realtime = {}
   for _, k in ipairs(redis.call('HKEYS', rows_key(sp, sfx))) do
     if kp == '' or string.sub(k, 1, #kp) == kp then realtime[#realtime + 1] = k end
   end
-  held = held + #batch + #realtime
-  windows[#windows + 1] = {w, wanted, batch, realtime}
+  panes[w] = {redis.call('ZRANGEBYLEX', ik, lo, hi, 'LIMIT', 0, each), realtime}
 end
-return {generation, processed, meta, windows}
+return {generation, processed, meta, panes}
 """

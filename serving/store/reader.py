@@ -42,19 +42,19 @@ from serving.store.reads import (
     Generation,
     KeyListing,
     KeyRead,
+    PaneKeys,
     RangeTopAsk,
     RangeTopRead,
     TopAsk,
     TopRead,
-    WindowKeys,
     definition_changed,
     not_in_generation,
 )
 from serving.store.replies import text
 from serving.store.row_format import positions, where
 
-__all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "RangeTopRead", "ServingStore", "TopRead",
-           "WindowKeys"]
+__all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "PaneKeys", "RangeTopRead", "ServingStore",
+           "TopRead"]
 
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
 CLUSTER_IN_FLIGHT = 4
@@ -320,18 +320,17 @@ class ServingStore:
         raise StoreUnavailableError(
             f"the batch generation of {ask.view!r} kept changing while its ranking was built; ask again")
 
-    async def list_keys(self, bucket: Keys, view: str, windows: Sequence[str], first: int,
-                        bounds: tuple[bytes, bytes, bytes], prefix: bytes, limit: int) -> KeyListing:
-        """One bucket's candidates for a page of ``view``'s keys, in order (window, key), from window
-        ``first`` (an index into the window suffixes ``windows``) on, with the generation and realtime
-        version they are at (``LIST`` in ``serving.store.read_scripts``). ``bounds``: the lexicographic
-        range (ZRANGEBYLEX) in the first window, in the others, and its upper end; ``prefix``: the
-        realtime keys kept. Builds the generation's key index of a window on first use."""
-        lo_first, lo_rest, hi = bounds
-        args = [bucket.prefix, view, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
-        # Each call may meet one window not yet indexed (built, then asked again); a flip between indexing
+    async def list_keys(self, bucket: Keys, view: str, panes: Sequence[str], bounds: tuple[bytes, bytes],
+                        prefix: bytes, each: int) -> KeyListing:
+        """One bucket's candidates for a page of ``view``'s keys in key order, the panes ``panes`` (window
+        suffixes) combined: per pane its first ``each`` batch keys in the lexicographic range ``bounds``
+        (ZRANGEBYLEX) and its realtime keys with ``prefix``, with the generation and realtime version they are
+        at (``LIST`` in ``serving.store.read_scripts``). Builds the generation's key index of a pane on first use."""
+        lo, hi = bounds
+        args = [bucket.prefix, view, prefix, lo, hi, each, len(panes), *panes]
+        # Each call may meet one pane not yet indexed (built, then asked again); a flip between indexing
         # and listing asks for the new generation's index.
-        for _ in range(len(windows) - first + 3):
+        for _ in range(len(panes) + 3):
             reply = await self._call(self._list, bucket, args)
             if len(reply) == 3 and reply[1] == b"unindexed":
                 sfx = reply[2].decode()
@@ -340,7 +339,7 @@ class ServingStore:
                 await self._rankings.key_index(bucket, generation, view, window_start)
                 continue
             generation, processed, meta, found = reply
-            return KeyListing(self._served(view, generation, processed, meta),
-                              [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
+            return KeyListing(self._served(view, generation, processed, meta), each,
+                              [PaneKeys(batch, realtime) for batch, realtime in found])
         raise StoreUnavailableError(
             f"the batch generation of {view!r} kept changing while its key index was built; ask again", retry_after=1)

@@ -97,21 +97,32 @@ class RangeTopRead:
 
 
 @dataclass(frozen=True)
-class WindowKeys:
-    """One window's candidates in a key listing (``ServingStore.list_keys``): its index in the windows
-    asked for, how many batch keys were asked (as many came back: there may be more), the batch keys
-    and every realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
+class PaneKeys:
+    """One pane's candidates in a key listing (``ServingStore.list_keys``): its first batch keys after the
+    listing's lower bound (at most the listing's ``each``: when as many came back there may be more) and every
+    realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
 
-    index: int
-    wanted: int
     batch: list[bytes]
     realtime: list[bytes]
 
 
 @dataclass(frozen=True)
 class KeyListing:
+    """One bucket's candidates for a page of keys, every pane asked, at the version ``generation`` names."""
+
     generation: Generation
-    windows: list[WindowKeys]
+    each: int
+    panes: list[PaneKeys]
+
+    def listed(self) -> set[bytes]:
+        """Every key some pane listed."""
+        return {k for pane in self.panes for k in (*pane.batch, *pane.realtime)}
+
+    def complete_to(self) -> bytes | None:
+        """The key up to which (inclusive) these are all the bucket's keys in the bound (None: all of them):
+        the least last key of the panes that gave ``each`` batch keys (each may hold more after it)."""
+        full = [pane.batch[-1] for pane in self.panes if pane.batch and len(pane.batch) >= self.each]
+        return min(full) if full else None
 
 
 @dataclass(frozen=True)

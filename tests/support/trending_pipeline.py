@@ -1,4 +1,5 @@
-"""A pipeline with a sliding view, for tests: plays per song over 20-minute windows every 5 minutes.
+"""A pipeline with sliding views, for tests: plays (and distinct listeners) per song over 20-minute windows
+every 5 minutes.
 
 Used as ``pipeline="tests.support.trending_pipeline"`` (a dotted module path, as a user's pipeline is).
 """
@@ -9,7 +10,7 @@ from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame
 
-from shared_logic.measures import Count, Max, Min, Sum
+from shared_logic.measures import Count, Distinct, Max, Min, Sum
 from shared_logic.pipeline import EventModel, Pipeline
 from shared_logic.views import SlidingWindow, View
 
@@ -19,6 +20,7 @@ SIZE, SLIDE = 1200, 300
 class Play(EventModel):
     song: str
     seconds: int
+    listener: str | None = None
     event_time: datetime | None = None
 
 
@@ -29,6 +31,9 @@ class Trending(Pipeline):
         View("plays_trending", keys=("song",), measures=(Count(), Sum("seconds"), Min("seconds"), Max("seconds")),
              window=SlidingWindow(timedelta(seconds=SIZE), timedelta(seconds=SLIDE)),
              description="Plays per song, 20-minute windows every 5 minutes."),
+        View("listeners_trending", keys=("song",), measures=(Count(), Distinct("listener")),
+             window=SlidingWindow(timedelta(seconds=SIZE), timedelta(seconds=SLIDE)),
+             description="Distinct listeners per song, 20-minute windows every 5 minutes."),
     )
 
     def transform(self, events: DataFrame) -> DataFrame:

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from serving.api import key_pages, queries, windows
 from serving.api.auth import require
 from serving.api.deps import PipelineDep, StoreDep
-from serving.api.errors import BadQueryError, NotFoundError
+from serving.api.errors import NotFoundError
 from serving.api.key_export import CSV, NDJSON, export, export_format
 from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
@@ -125,12 +125,13 @@ async def list_keys(
     end: RangeEnd = None,
     last: Last = None,
 ) -> KeyPage | Response:
-    """The view's rows with their merged values (batch + realtime, the key route's values), ordered by
-    window (oldest first), then by key (the encoded key, bytewise as UTF-8, i.e. by code point).
-    Windowed views need `window_start` or `window_end` (one window of a tumbling view), or `from`/`to` or
-    `last` (the panes of a range; relative times as on the key route), and list one row per (key, pane)
-    holding a value, with the pane (a tumbling view's pane is its window). One window of a sliding view
-    (its panes combined per key) is not listed yet: a 422 says so.
+    """The view's keys with their merged values (batch + realtime, the key route's values), ordered by key
+    (the encoded key, bytewise as UTF-8, i.e. by code point). Windowed views need `window_start` or
+    `window_end` (one window: a sliding view's is several panes), or `from`/`to` or `last` (the panes a
+    range overlaps, whole; relative times as on the key route), and list ONE row per key holding a value
+    in any of them: its panes' batch and realtime parts combined with each measure's monoid (distinct
+    counts united), exactly what the key route answers for the same parameters; `window` on a row is the
+    span its panes cover. The page echoes `window`, `range`, `covered` and `now` as the key route does.
 
     **Filters**: `prefix=`, and one query parameter per key column of the view, its value
     (`origin=JFK`; a filter on the first key column narrows the read in Redis, on later ones rows are
@@ -156,15 +157,14 @@ async def list_keys(
     """
     chosen = _view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
-    if span.window is not None and len(span.panes) > 1:
-        raise BadQueryError(f"view {chosen.name!r} is sliding: a listing of one of its windows, its panes combined per "
-                            "key, is not supported yet; list its panes with from/to (one row per key and pane), or "
-                            "read a key's window with GET .../keys/{key}?window_end=... and the top keys with .../top")
     listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()))
     media = export_format(request.headers.get("accept"))
     if media is not None:
         return await export(store, listing, cursor, media)
-    return await key_pages.page_answer(store, listing, cursor, limit)
+    answer = await key_pages.page_answer(store, listing, cursor, limit)
+    for name, echoed in queries.spans(span).items():
+        setattr(answer, name, echoed)
+    return answer
 
 
 @router.get(

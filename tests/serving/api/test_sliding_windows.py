@@ -3,9 +3,12 @@ and ranges exactly (the promise, for overlapping windows).
 
 Events are ingested, a batch run publishes them (a barrier), more events follow (new ones and late ones
 into old panes) and the speed layer applies them. Then, over HTTP, every sliding window of several songs
-(by its start and by its end) and the top-N over random ranges and windows are compared with a pandas
-oracle over every event of the master dataset at the version answered (read with delta-rs by
-``tests.oracle``). A fixed clock makes "the window ending now" and ``last=`` reproducible.
+(by its start and by its end), the top-N over random ranges and windows, and the key listing of windows
+and ranges (one row per song, its panes combined: distinct listeners united, one song's rows past the
+exact-set size so HyperLogLogs are united too) are compared with a pandas oracle over every event of the
+master dataset at the version answered (read with delta-rs by ``tests.oracle``). A fixed clock makes "the
+window ending now" and ``last=`` reproducible. Last, a window's listing is paged across a flip: every song
+of the window is listed once, in key order, each page equal to the oracle at the version it names.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ import pytest
 
 from batch_layer.recompute.job import run_batch
 from serving.api.app import create_app
+from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 from tests import oracle
 from tests.support import ingest_file, key_url
+from tests.support.key_pages import every_page, rows_of
 from tests.support.servers import ApiServer
 from tests.support.speed import running_speed_layer, wait_caught_up
 from tests.support.trending_pipeline import SIZE, SLIDE
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
-PIPELINE, VIEW = "tests.support.trending_pipeline", "plays_trending"
+PIPELINE, VIEW, LISTENERS = "tests.support.trending_pipeline", "plays_trending", "listeners_trending"
 T0 = 1_709_280_000  # 2024-03-01T08:00:00Z, a pane boundary
 PANES = 12
 SONGS = [f"song-{i}" for i in range(25)]
@@ -43,7 +48,15 @@ class FixedClock:
 
 def _plays(rng: random.Random, n: int, panes: range) -> list[dict[str, Any]]:
     return [{"song": rng.choice(SONGS[:6]) if rng.random() < 0.5 else rng.choice(SONGS), "seconds": rng.randint(-5, 300),
-             "event_time": str(T0 + rng.choice(panes) * SLIDE + rng.randrange(SLIDE))} for _ in range(n)]
+             "listener": f"user-{rng.randrange(30)}", "event_time": str(T0 + rng.choice(panes) * SLIDE + rng.randrange(SLIDE))}
+            for _ in range(n)]
+
+
+def _fans(first: int, count: int, pane: int) -> list[dict[str, Any]]:
+    """Plays of song-0 by ``count`` distinct fans from ``first`` on, in one pane: past EXACT_DISTINCT_MAX, a row
+    keeps them as a HyperLogLog."""
+    return [{"song": "song-0", "seconds": 30, "listener": f"fan-{first + i}", "event_time": str(T0 + pane * SLIDE + i % SLIDE)}
+            for i in range(count)]
 
 
 def _oracle_frame(settings: Any, version: int) -> pd.DataFrame:
@@ -67,10 +80,10 @@ def _top(events: pd.DataFrame, start: int, end: int, measure: str, n: int) -> li
 def test_sliding_windows_and_ranges_are_exact_across_the_barrier(spark: Any, make_settings: Any, tmp_path: Any) -> None:
     settings = make_settings(pipeline=PIPELINE, speed_trigger_seconds=0.2)
     rng = random.Random(17)
-    ingest_file(settings, _plays(rng, 300, range(PANES)), tmp_path / "first.jsonl")
+    ingest_file(settings, _plays(rng, 300, range(PANES)) + _fans(0, 90, PANES - 2), tmp_path / "first.jsonl")
     run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)
     with running_speed_layer(spark, settings) as speed:
-        ingest_file(settings, _plays(rng, 120, range(PANES - 3, PANES)), tmp_path / "new.jsonl")
+        ingest_file(settings, _plays(rng, 120, range(PANES - 3, PANES)) + _fans(60, 80, PANES - 1), tmp_path / "new.jsonl")
         ingest_file(settings, _plays(rng, 60, range(0, 4)), tmp_path / "late.jsonl")  # late: into old panes
         version = wait_caught_up(settings, speed=speed)
     events = _oracle_frame(settings, version)
@@ -105,3 +118,66 @@ def test_sliding_windows_and_ranges_are_exact_across_the_barrier(spark: Any, mak
         first_pane = int(since.timestamp()) // SLIDE * SLIDE
         assert last["range"]["start"].startswith(since.isoformat()[:19])
         assert [(e["key"], e["value"]) for e in last["top"]] == _top(events, first_pane, end, "count", 3)
+
+        listings = [({"window_end": "now"}, end - SIZE, end), ({"window_start": str(T0 + SLIDE + 9)}, T0 + SLIDE, T0 + SLIDE + SIZE),
+                    ({"last": "30m"}, first_pane, end)]
+        for _ in range(4):
+            a = rng.randrange(PANES)
+            b = rng.randint(a + 1, PANES)
+            listings.append(({"from": str(T0 + a * SLIDE + 1), "to": str(T0 + b * SLIDE)}, T0 + a * SLIDE, T0 + b * SLIDE))
+        for params, start, stop in listings:
+            _check_listing(http, events, params, start, stop)
+        _page_across_a_flip(spark, settings, http, rng, tmp_path, end)
+
+
+def _listed(http: httpx.Client, view: str, params: dict[str, str], limit: int) -> list[dict[str, Any]]:
+    rows = rows_of(every_page(http, view, params, limit))
+    keys = [row["key"].encode() for row in rows]
+    assert keys == sorted(set(keys)), (view, params, "each key once, in bytewise order")
+    return rows
+
+
+def _check_listing(http: httpx.Client, events: pd.DataFrame, params: dict[str, str], start: int, stop: int) -> None:
+    """Both views' listing over the panes of [start, stop): a row per song, its panes combined, as pandas groups
+    the events in them (distinct listeners exact where every part kept its set, else within HyperLogLog's error)."""
+    inside = events[(events.t >= start) & (events.t < stop)]
+    plays = _listed(http, VIEW, params, 4)
+    assert {row["key"]: row["value"] for row in plays} == {song: _value(rows) for song, rows in inside.groupby("song")}, params
+    assert all(row["window"]["start"].startswith(datetime.fromtimestamp(start, tz=timezone.utc).isoformat()[:19])
+               for row in plays), params
+    listeners = {row["key"]: row["value"] for row in _listed(http, LISTENERS, params, 3)}
+    assert set(listeners) == set(inside.song), params
+    for song, rows in inside.groupby("song"):
+        got, want = listeners[song], {"count": len(rows), "distinct_listener": rows.listener.nunique()}
+        assert got["count"] == want["count"], (song, params)
+        # a pane's batch or realtime part keeps a HyperLogLog only when the pane has more distinct listeners
+        sketched = rows.groupby(rows.t // SLIDE).listener.nunique().max() > EXACT_DISTINCT_MAX
+        slack = max(1, 0.03 * want["distinct_listener"]) if sketched else 0
+        assert abs(got["distinct_listener"] - want["distinct_listener"]) <= slack, (song, params, got, want, sketched)
+
+
+def _page_across_a_flip(spark: Any, settings: Any, http: httpx.Client, rng: random.Random, tmp_path: Any, end: int) -> None:
+    """The window ending now, paged 3 songs at a time; after two pages new plays (songs sorting first and last
+    among them) are ingested and a batch run flips the generation, and paging goes on from the cursor."""
+    bodies: list[dict[str, Any]] = []
+    cursor = None
+    while cursor is not None or not bodies:
+        if len(bodies) == 2:
+            fresh = [{**play, "song": song} for play, song in zip(_plays(rng, 6, range(PANES - 2, PANES)), ["a-new", "zz-new"] * 3)]
+            ingest_file(settings, _plays(rng, 40, range(PANES - 4, PANES)) + fresh, tmp_path / "flip.jsonl")
+            run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)
+        response = http.get(f"/v1/views/{VIEW}/keys", params={"window_end": "now", "limit": 3, **({"cursor": cursor} if cursor else {})})
+        assert response.status_code == 200, response.text
+        bodies.append(response.json())
+        cursor = bodies[-1]["next_cursor"]
+    assert len({body["generation"] for body in bodies}) == 2, "the flip fell between two pages"
+    frames = {v: _oracle_frame(settings, v) for v in {body["version"] for body in bodies}}
+    windows = {v: f[(f.t >= end - SIZE) & (f.t < end)] for v, f in frames.items()}
+    first, last = windows[bodies[0]["version"]], windows[bodies[-1]["version"]]
+    keys = [row["key"] for row in rows_of(bodies)]
+    assert [k.encode() for k in keys] == sorted({k.encode() for k in keys}), "each song once, in key order"
+    assert set(first.song) <= set(keys) <= set(last.song) and "zz-new" in keys and "a-new" not in keys
+    for body in bodies:  # every page at one version, equal to pandas at it
+        inside = windows[body["version"]]
+        for row in body["keys"]:
+            assert row["value"] == _value(inside[inside.song == row["key"]]), (body["version"], row)
