@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
+from shared_logic.sessions import SESSION_FIELDS, SessionWindow
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
@@ -175,6 +176,7 @@ class View:
                     f"view {self.name!r}: derived value {d.name!r} needs measures {missing}; add them to the view"
                 )
         object.__setattr__(self, "_by_name", {m.name: m for m in self.measures})
+        _not_sessions_yet(self, self.window)
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -211,3 +213,17 @@ class View:
         for k in self.keys:
             rows = rows.where(F.col(k).isNotNull())
         return rows.groupBy(*groups).agg(*(m.aggregate() for m in self.measures))
+
+
+def _not_sessions_yet(view: View, window: object) -> None:
+    """A session view is checked (its names), then refused: the batch and speed layers do not store sessions yet
+    (``shared_logic.sessions`` holds the merge and the storage design they will follow)."""
+    if not isinstance(window, SessionWindow):
+        return
+    clash = ({m.name for m in view.measures} | set(view.keys)) & set(SESSION_FIELDS)
+    if clash:
+        raise PipelineDefinitionError(f"view {view.name!r}: {sorted(clash)} name what a session view answers per "
+                                      f"session ({', '.join(SESSION_FIELDS)}); rename the key column or measure")
+    raise PipelineDefinitionError(
+        f"view {view.name!r}: SessionWindow is defined (shared_logic.sessions) but the batch and speed layers do not "
+        "store sessions yet; use a TumblingWindow or SlidingWindow for now")
