@@ -13,7 +13,9 @@ threshold merge over 24 ranked lists) and over one pane (the single-window merge
 each per round. The first call of each builds the batch rankings (once per generation): not measured.
 Every answer is checked against a plain-Python merge of the same parts. Prints p50 and p99 of each,
 their ratio (target: 12-pane p99 within 5x of one pane's), and Redis memory per stored row of the
-sliding view beside a tumbling view of the same panes (target: unchanged).
+sliding view beside a tumbling view of the same panes (target: unchanged). Last, the threshold merge's worst
+case: a top-N over the most panes it combines (288), every pane holding keys of its own; it prints the time of
+the answer and its longest single Redis call (SLOWLOG): the work budget of a call bounds how long Redis is busy.
 """
 
 from __future__ import annotations
@@ -37,15 +39,19 @@ from serving.api.queries import top_answer
 from serving.api.windows import Span
 from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
+from serving.store.range_top import DEFAULT_TOP_BUDGET
 from serving.store.reader import ServingStore
 from serving.store.session import PipelineStore
 from shared_logic import Count, SlidingWindow, TumblingWindow, View
 
 PIPELINE, GENERATION, PANE, PANES = "bench", 7, 300, 12
+DEFAULT_TOP_PANES = 288  # LAMBDA_MAX_TOP_PANES's default: the most panes a top-N combines
 T0 = 1_700_000_000 // 3600 * 3600
 SLIDING = View("trend", keys=("k",), measures=(Count(),),
                window=SlidingWindow(timedelta(hours=1), timedelta(seconds=PANE)))
 TUMBLING = View("trend_tumbling", keys=("k",), measures=(Count(),), window=TumblingWindow(timedelta(seconds=PANE)))
+DISJOINT = View("disjoint", keys=("k",), measures=(Count(),),
+                window=SlidingWindow(timedelta(seconds=PANE * DEFAULT_TOP_PANES), timedelta(seconds=PANE)))
 
 
 def _counts(rng: random.Random, keys: int, realtime: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
@@ -88,7 +94,8 @@ def _publish(url: str) -> None:
     epoch = store.ensure_epoch()
     store.generations.begin(GENERATION, epoch)
     assert store.generations.flip(GENERATION, epoch, GenerationMeta(measures={SLIDING.name: ["count"],
-                                                                              TUMBLING.name: ["count"]}))
+                                                                              TUMBLING.name: ["count"],
+                                                                              DISJOINT.name: ["count"]}))
     client.hset(keys.segment_meta(GENERATION), "processed", GENERATION + 1)
 
 
@@ -120,6 +127,37 @@ async def _measure(url: str, n: int, requests: int, rounds: int, want: dict[str,
     return latencies
 
 
+async def _disjoint(url: str, per_pane: int, n: int) -> None:
+    """The worst case of the threshold merge: every one of the most panes a top-N combines holds its own keys.
+    Prints the answer's time and its longest single Redis call (SLOWLOG of every call); asserts only the answer."""
+    rng = random.Random(9)
+    batch = [{f"d{p}-{i}": rng.randint(1, 1000) for i in range(per_pane)} for p in range(DEFAULT_TOP_PANES)]
+    live = [{f"d{p}-r{i}": rng.randint(1, 1000) for i in range(per_pane // 10)} for p in range(DEFAULT_TOP_PANES)]
+    _load(url, DISJOINT.name, batch, live)
+    client, store = redis_client(url, decode=True), ServingStore(url, PIPELINE)
+    span = Span([T0 + i * PANE for i in range(DEFAULT_TOP_PANES)], PANE)
+    try:
+        await top_answer(store, DISJOINT, "count", n, Span(span.panes[:1], PANE))  # unmeasured: nothing to rank yet
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 100_000)
+        client.slowlog_reset()
+        before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        started = time.perf_counter()
+        answer = await top_answer(store, DISJOINT, "count", n, span)
+        took = time.perf_counter() - started
+        calls = client.info("commandstats")["cmdstat_evalsha"]["calls"] - before
+        log = client.slowlog_get(100_000)  # every call (a script's commands are its own)
+    finally:
+        client.config_set("slowlog-log-slower-than", 10_000)
+        await store.close()
+    want = _oracle(batch, live, range(DEFAULT_TOP_PANES), n)
+    assert [(e.key, e.value) for e in answer.top] == want, "disjoint panes: differs from the oracle"
+    longest = max(e["duration"] for e in log) / 1000
+    print(f"  disjoint panes ({DEFAULT_TOP_PANES} panes x {per_pane:,} + {per_pane // 10:,} keys, each key in one pane), "
+          f"top-{n}: {took:.2f} s in {calls} Lua calls (budget {DEFAULT_TOP_BUDGET:,}); longest single Redis call "
+          f"{longest:.1f} ms")
+
+
 def _used(url: str) -> int:
     return int(redis_client(url).info("memory")["used_memory"])
 
@@ -131,6 +169,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10)
     parser.add_argument("--requests", type=int, default=200, help="requests of each kind per round (rounds x requests in all, alternating)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--disjoint-keys", type=int, default=20, help="batch keys per pane of the disjoint panes' row")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="sliding-topn-bench-"))
     url = ensure_embedded_redis(root / "redis")
@@ -158,6 +197,7 @@ def main() -> None:
         print(f"  Redis memory per stored row: sliding view {(sliding - before) / rows:.1f} B, tumbling view of the "
               f"same panes {(tumbling - sliding) / rows:.1f} B ({rows:,} rows each; rankings built on first use "
               "are extra, as for any view)")
+        asyncio.run(_disjoint(url, args.disjoint_keys, args.n))
     finally:
         stop_embedded_redis(root / "redis")
 

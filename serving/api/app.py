@@ -222,7 +222,8 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str, clock: Clock) -> FastA
             raise
         except Exception as e:  # an unreadable master is answered per request (ingest, freshness), as before
             log.warning("cannot read the master dataset's schema at start (%s)", e)
-        app.state.store = ServingStore(redis_url, pipeline.name, {view.name: repr(view) for view in pipeline.views})
+        app.state.store = ServingStore(redis_url, pipeline.name, {view.name: repr(view) for view in pipeline.views},
+                                       top_budget=settings.top_call_budget)
         app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
         try:
             yield

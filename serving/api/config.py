@@ -41,3 +41,11 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
     @property
     def max_top_panes(self) -> int:
         """Most panes a top-N combines."""
+
+    @property
+    def max_top_cells(self) -> int:
+        """Most n x panes of a top-N over several panes."""
+
+    @property
+    def top_call_budget(self) -> int:
+        """Most work one Lua call of a top-N over several panes does."""

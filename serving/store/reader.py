@@ -36,8 +36,9 @@ from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta, MetaHeader, integral_field
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import WINDOW_SEPARATOR, Keys, suffix
+from serving.store.range_top import DEFAULT_TOP_BUDGET, RANGE_TOP, bucket_range_top
 from serving.store.rankings import Rankings
-from serving.store.read_scripts import INSTALL_RANKING, LIST, RANGE_TOP, READ, TOP
+from serving.store.read_scripts import INSTALL_RANKING, LIST, READ, TOP
 from serving.store.reads import (
     Generation,
     KeyListing,
@@ -73,7 +74,8 @@ def _num(value: bytes | str) -> float | None:
 class ServingStore:
     """Async, atomic reads of one pipeline's views from Redis."""
 
-    def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None) -> None:
+    def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None, *,
+                 top_budget: int = DEFAULT_TOP_BUDGET) -> None:
         self.keys = store_keys(pipeline, url)
         #: Each view's definition (``repr``) in the code this API runs: a generation that recorded another one for
         #: a view is not read through this code (its windows or keys would be taken for others'). None: no check.
@@ -82,8 +84,12 @@ class ServingStore:
         self._client = async_redis_client(url)
         self._read = self._client.register_script(READ)
         self._top = self._client.register_script(TOP)
-        self._range_top = self._client.register_script(RANGE_TOP)
-        self._list = self._client.register_script(LIST)
+        #: Scripts whose call is never sent again on a timeout (it may still be running: a retry would queue it twice).
+        self._once = async_redis_client(url, retry_timeouts=False)
+        self._range_top = self._once.register_script(RANGE_TOP)
+        self._list = self._once.register_script(LIST)
+        #: Work one ``RANGE_TOP`` call does at most (``serving.store.range_top``).
+        self.top_budget = top_budget
         #: The highest version this process has answered at (see the module docstring).
         self._answered = -1
         #: Store calls in flight at most, on a cluster: redis-py's async cluster client (8.1) under more
@@ -102,6 +108,7 @@ class ServingStore:
 
     async def close(self) -> None:
         await self._client.aclose()
+        await self._once.aclose()
 
     def _unavailable(self, e: Exception) -> StoreUnavailableError:
         where = self._url.split("@")[-1]  # never echo a password
@@ -264,20 +271,13 @@ class ServingStore:
                                     "micro-batch commits in between); ask again", retry_after=1)
 
     async def _bucket_range_top(self, bucket: Keys, ask: RangeTopAsk) -> list:
-        """One bucket's ``RANGE_TOP`` reply, building each pane's batch ranking it lacks on the way."""
-        ranked, built = "", frozenset[int]()
-        for _ in range(len(ask.window_starts) + 3):  # each call may meet one pane not yet ranked
-            reply = await self._call(self._range_top, bucket, ask.args(bucket, ranked, built))
-            if not (len(reply) == 4 and reply[1] == b"unranked"):
-                return reply
-            if reply[0].decode() != ranked:  # a new generation (a flip): its rankings are another set
-                ranked, built = reply[0].decode(), frozenset()
-            start = int(reply[3].decode().removeprefix(WINDOW_SEPARATOR))
-            await self._rankings.by_measure(bucket, int(ranked), ask.view, ask.measure, start,
-                                            positions(reply[2]).get(ask.measure))
-            built = built | {start}
-        raise StoreUnavailableError(
-            f"the batch generation of {ask.view!r} kept changing while its rankings were built; ask again")
+        """One bucket's ``RANGE_TOP`` answer, in calls of bounded work (``serving.store.range_top``)."""
+        async def build(generation: int, start: int, layout: bytes) -> None:
+            await self._rankings.by_measure(bucket, generation, ask.view, ask.measure, start,
+                                            positions(layout).get(ask.measure))
+
+        return await bucket_range_top(lambda args: self._call(self._range_top, bucket, args), build, ask,
+                                      lambda *rest: ask.args(bucket, *rest), self.top_budget)
 
     async def _pipelined(self, script: AsyncScript, buckets: Sequence[Keys], args: Sequence[list]) -> list[list]:
         """``script`` on every bucket, each with its ``args``, in one pipeline: one round trip per master on

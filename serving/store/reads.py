@@ -162,12 +162,18 @@ class RangeTopAsk:
     n: int
     combines: str
 
-    def args(self, bucket: Keys, ranked: str = "", built: frozenset[int] = frozenset()) -> list:
-        """The call's arguments; ``built``: the panes whose ranking was just built for generation ``ranked``."""
+    def args(self, bucket: Keys, ranked: str, built: frozenset[int], budget: int, state: bytes | str,
+             token: str) -> list:
+        """The call's arguments; ``built``: the panes whose ranking was just built for generation ``ranked``;
+        ``budget``: the call's work at most; ``state``: where the last call stopped ('' = start); ``token``: the
+        answer's own name for its scratch key."""
+        if self.n < 1:
+            raise ValueError(f"a top-N asks for at least one key, not n={self.n}")
         panes: list = []
         for start in self.window_starts:
             panes += [suffix(start), "1" if start in built else ""]
-        return [bucket.prefix, self.view, self.measure, self.n, self.combines, ranked, len(self.window_starts), *panes]
+        return [bucket.prefix, self.view, self.measure, self.n, self.combines, ranked, len(self.window_starts), *panes,
+                budget, state, token]
 
     def candidates(self, flat: list) -> dict[str, list[float | None]]:
         """A bucket's candidates (key, then a part per list, '' = none) by key."""

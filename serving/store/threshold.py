@@ -42,6 +42,12 @@ scored highest ceiling first, and once ``n`` keys are scored the rest whose ceil
 rounding argument holds for the ceiling's sum). A key skipped so is met again if a later page holds it,
 with more of its parts read; the stop rule above counts only keys scored.
 
+**Skipping, over many panes.** ``RANGE_TOP`` (``serving.store.range_top``) bounds a ceiling more cheaply,
+by the key's parts read alone: for a sum, every open list's ``max(last, 0)`` plus the key's non-negative parts
+read, widened by ``1 + 8 (lists + 1) 2**-53`` (real sums of non-negative terms bound both fl-sums within that);
+for a max, its largest part read or the largest ``last``; for a min, its smallest part read. It runs in calls
+of bounded work, resumed exactly (its module doc says how).
+
 **Cost.** Pages double from ``max(n, 16)`` entries per list; a key met in a page is scored from the
 pages already read where it appeared there, by ``ZSCORE`` elsewhere. When the top keys of a range are
 near the top of its panes (popular keys are popular in most panes), the merge stops after a page or

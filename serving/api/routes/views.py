@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from serving.api import key_pages, queries, windows
 from serving.api.auth import require
 from serving.api.deps import PipelineDep, StoreDep
-from serving.api.errors import NotFoundError
+from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.key_export import CSV, NDJSON, export, export_format
 from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
@@ -192,8 +192,9 @@ async def get_key(
     in the range, combined), and answer each pane's own values too (``windows``).
 
     A query combines at most `LAMBDA_MAX_RANGE_PANES` panes (default 2000; a top-N over several panes:
-    `LAMBDA_MAX_TOP_PANES`, default 288); more panes, `to` before `from`, two ways of naming the time at once
-    or a time that cannot be read is a 422 naming the parameter and the fix.
+    `LAMBDA_MAX_TOP_PANES`, default 288, and n x panes at most `LAMBDA_MAX_TOP_CELLS`, default 28800); more panes,
+    `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
+    parameter and the fix.
     """
     chosen = _view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
@@ -225,9 +226,14 @@ async def get_top(
     count is never ranked; either is a 422 saying so).
 
     A query combines at most `LAMBDA_MAX_RANGE_PANES` panes (default 2000; a top-N over several panes:
-    `LAMBDA_MAX_TOP_PANES`, default 288); more panes, `to` before `from`, two ways of naming the time at once
-    or a time that cannot be read is a 422 naming the parameter and the fix.
+    `LAMBDA_MAX_TOP_PANES`, default 288, and n x panes at most `LAMBDA_MAX_TOP_CELLS`, default 28800); more panes,
+    `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
+    parameter and the fix.
     """
     chosen = _view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
+    cells = request.app.state.settings.max_top_cells
+    if len(span.panes) > 1 and n * len(span.panes) > cells:
+        raise BadQueryError(f"n={n} over {len(span.panes)} panes is {n * len(span.panes)} key-panes to rank, more than "
+                            f"LAMBDA_MAX_TOP_CELLS={cells}: ask a smaller n or a shorter range (from/to, last)")
     return await queries.top_answer(store, chosen, measure, n, span)
