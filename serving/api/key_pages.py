@@ -74,6 +74,9 @@ MAX_LIMIT = 1000
 SCAN_BUDGET = 20_000
 #: Batch keys one LIST call asks of all panes together, at most (each pane at least one).
 _EACH_BUDGET = 20_000
+#: Most rows x panes one page of a listing over several panes reads (a read of each key over every pane: 422
+#: above, naming limit and the range); an export's pages hold as many rows as this allows.
+MAX_LIST_CELLS = 200_000
 #: How often a page is read again when its reads named different versions, before a 503.
 _TRIES = 50
 #: Longest cursor a page takes, in characters of the urlsafe base64 alphabet (``CURSOR_PATTERN``; 422
@@ -273,7 +276,18 @@ async def _page(store: ServingStore, listing: Listing, after: Position, limit: i
         after = covered
 
 
+def _rows_a_page(listing: Listing, limit: int) -> int:
+    """``limit``, unless a page of it over the listing's panes would read more than ``MAX_LIST_CELLS``: a 422."""
+    panes = len(listing.starts)
+    if panes > 1 and limit * panes > MAX_LIST_CELLS:
+        raise BadQueryError(f"limit={limit} over {panes} panes is {limit * panes} key-panes to read, more than "
+                            f"{MAX_LIST_CELLS}: ask a smaller limit (at most {max(1, MAX_LIST_CELLS // panes)}) or "
+                            "a shorter range (from/to, last)")
+    return limit
+
+
 async def page_answer(store: ServingStore, listing: Listing, cursor: str | None, limit: int) -> KeyPage:
+    limit = _rows_a_page(listing, limit)
     read = decode_cursor(listing, cursor)
     entries, end, served = await key_page(store, listing, read.after, limit)
     _not_ahead(read, served)
@@ -286,7 +300,8 @@ async def every_page(store: ServingStore, listing: Listing, cursor: str | None) 
     """Every page from ``cursor`` on (``MAX_LIMIT`` rows each, each at one version), until the last one.
     The first page is read before this returns, so its errors (a bad cursor, 503) answer the request."""
     read = decode_cursor(listing, cursor)
-    entries, after, served = await key_page(store, listing, read.after, MAX_LIMIT)
+    rows = _rows_a_page(listing, min(MAX_LIMIT, max(1, MAX_LIST_CELLS // max(1, len(listing.starts)))))
+    entries, after, served = await key_page(store, listing, read.after, rows)
     _not_ahead(read, served)
     _same_logic(read.logic, served)
 
@@ -294,7 +309,7 @@ async def every_page(store: ServingStore, listing: Listing, cursor: str | None) 
         nonlocal entries, after
         yield entries
         while after is not None:
-            entries, after, now = await key_page(store, listing, after, MAX_LIMIT)
+            entries, after, now = await key_page(store, listing, after, rows)
             _same_logic(served.logic, now)  # mid-stream: the stream breaks off instead of mixing two logics
             yield entries
 

@@ -25,6 +25,10 @@ from serving.store.reader import ServingStore
 from serving.store.reads import Generation, KeyRead
 from shared_logic.views import View
 
+#: Reads of one key over many panes a page has in flight at most: each is one Lua call over every pane, and a
+#: page's thousand at once would queue behind one another in Redis and hold their replies in memory together.
+READS_IN_FLIGHT = 8
+
 
 def covered(view: View, starts: list[int]) -> WindowSpan | None:
     """The span a listing's rows cover: its first pane's start to its last pane's end (None: all time)."""
@@ -64,7 +68,13 @@ async def _one_pane(store: ServingStore, view: View, start: int | None,
 
 async def _combined(store: ServingStore, view: View, starts: list[int],
                     keys: list[str]) -> tuple[list[Generation], list[KeyEntry]]:
-    reads: list[KeyRead] = await asyncio.gather(*(read_items(store, view, [(key, s) for s in starts]) for key in keys))
+    gate = asyncio.Semaphore(READS_IN_FLIGHT)
+
+    async def over_panes(key: str) -> KeyRead:
+        async with gate:
+            return await read_items(store, view, [(key, s) for s in starts])
+
+    reads: list[KeyRead] = await asyncio.gather(*(over_panes(key) for key in keys))
     integral = await integral_measures(store, reads[0].generation.generation, view)
     window = covered(view, starts)
     entries = []
