@@ -55,7 +55,8 @@ import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NoReturn
 
 from serving.api.cursor_body import cursor_fields
 from serving.api.errors import BadQueryError, ConflictError, UnavailableError
@@ -100,6 +101,15 @@ class Listing:
     starts: list[int]
     prefix: str
     columns: dict[str, str]
+    #: The time parameters as asked, when resolving them read the clock (``last``, ``window_end=now``, ``-1h``): its
+    #: cursors carry the panes the first page resolved, and every later page reuses them instead of reading the
+    #: clock again (which past a pane boundary would name other panes). '' for absolute times.
+    relative: str = ""
+
+    def over(self, first: int, count: int) -> Listing:
+        """This listing over ``count`` panes from ``first`` (a cursor's range)."""
+        step = self.view.window.pane_seconds if self.view.window else 0
+        return replace(self, starts=[first + i * step for i in range(count)])
 
     @property
     def panes(self) -> list[str]:
@@ -108,7 +118,9 @@ class Listing:
     @property
     def fingerprint(self) -> str:
         asked: list = [self.view.name, self.prefix, sorted(self.columns.items()), self.starts[:1], len(self.starts)]
-        if len(self.starts) > 1:  # a row per key, panes combined (cursors of the old row per key and pane differ)
+        if self.relative:  # the panes are the cursor's: the asked times name them
+            asked[3:] = [self.relative, "relative"]
+        elif len(self.starts) > 1:  # a row per key, panes combined (cursors of the old row per key and pane differ)
             asked.append("combined")
         return hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:16]
 
@@ -157,6 +169,8 @@ def column_filters(view: View, params: list[tuple[str, str]]) -> dict[str, str]:
 def encode_cursor(listing: Listing, at: bytes, served: Generation) -> str:
     body = {"f": listing.fingerprint, "w": listing.starts[0] if listing.starts else None, "t": 0,
             "k": base64.urlsafe_b64encode(at).decode(), "g": served.generation, "l": served.logic}
+    if listing.relative and listing.starts:
+        body["n"] = len(listing.starts)
     return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
@@ -166,11 +180,24 @@ _UNREADABLE = ("cursor: not a cursor this route made; pass next_cursor of the pr
 
 @dataclass(frozen=True)
 class Cursor:
-    """A cursor as read: the key to resume after, the logic and the generation its page was read at."""
+    """A cursor as read: the key to resume after, the logic and the generation its page was read at, and the
+    panes (first start, count) a listing of relative times resolved on its first page."""
 
     after: Position
     logic: str | None
     generation: int | None
+    panes: tuple[int, int] | None = None
+
+    def listing(self, listing: Listing) -> Listing:
+        """``listing`` over this cursor's panes, if it carries them."""
+        return listing.over(*self.panes) if self.panes else listing
+
+
+def _other_filters() -> NoReturn:
+    raise BadQueryError(
+        "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
+        "column filters and window_start, window_end, from/to or last) with only cursor added, or leave cursor "
+        "out to start over")
 
 
 def decode_cursor(listing: Listing, cursor: str | None) -> Cursor:
@@ -180,14 +207,14 @@ def decode_cursor(listing: Listing, cursor: str | None) -> Cursor:
     if cursor is None:
         return Cursor(None, None, None)
     try:
-        fingerprint, window, _, key, generation, logic = cursor_fields(cursor)
+        fingerprint, window, _, key, generation, logic, panes = cursor_fields(cursor)
     except ValueError as e:
         raise BadQueryError(_UNREADABLE) from e
+    if listing.relative and listing.starts and window is not None and panes is not None:
+        return Cursor(key, logic, generation, (window, panes)) if fingerprint == listing.fingerprint else \
+            _other_filters()
     if fingerprint != listing.fingerprint or window != (listing.starts[0] if listing.starts else None):
-        raise BadQueryError(
-            "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
-            "column filters and window_start, window_end, from/to or last) with only cursor added, or leave cursor "
-            "out to start over")
+        _other_filters()
     return Cursor(key, logic, generation)
 
 
@@ -287,8 +314,9 @@ def _rows_a_page(listing: Listing, limit: int) -> int:
 
 
 async def page_answer(store: ServingStore, listing: Listing, cursor: str | None, limit: int) -> KeyPage:
-    limit = _rows_a_page(listing, limit)
     read = decode_cursor(listing, cursor)
+    listing = read.listing(listing)
+    limit = _rows_a_page(listing, limit)
     entries, end, served = await key_page(store, listing, read.after, limit)
     _not_ahead(read, served)
     _same_logic(read.logic, served)
@@ -300,6 +328,7 @@ async def every_page(store: ServingStore, listing: Listing, cursor: str | None) 
     """Every page from ``cursor`` on (``MAX_LIMIT`` rows each, each at one version), until the last one.
     The first page is read before this returns, so its errors (a bad cursor, 503) answer the request."""
     read = decode_cursor(listing, cursor)
+    listing = read.listing(listing)
     rows = _rows_a_page(listing, min(MAX_LIMIT, max(1, MAX_LIST_CELLS // max(1, len(listing.starts)))))
     entries, after, served = await key_page(store, listing, read.after, rows)
     _not_ahead(read, served)

@@ -156,8 +156,10 @@ async def list_keys(
     with the same guarantee; each page is at one version, the whole is not one snapshot.
     """
     chosen = _view(pipeline, view)
-    span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
-    listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()))
+    asked = windows.TimeParams(window_start, window_end, start, end, last)
+    span = _span(request, chosen, asked)
+    listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()),
+                                relative=repr(asked) if asked.relative else "")
     media = export_format(request.headers.get("accept"))
     if media is not None:
         return await export(store, listing, cursor, media)
