@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from datetime import timedelta
 
+import pytest
 import redis
 
 from serving.api.queries import top_answer
@@ -138,3 +139,37 @@ def test_a_micro_batch_started_between_calls_leaves_the_answer_at_the_committed_
     got, calls = _top(redis_url, 10, start_micro_batch)
     assert len(calls) > 2
     assert got == _fold(batch, live, 10)
+
+
+def test_the_first_top_n_after_a_flip_asks_for_every_unranked_pane_in_one_reply(redis_url: str) -> None:
+    """No pane is ranked yet: one call names them all, they are built, and the next call merges (was: a call
+    per pane that only named it, panes + 1 calls before any merge)."""
+    batch, live = _publish(redis_url)
+    client = redis.Redis.from_url(redis_url)
+
+    async def run() -> tuple[list, list[dict[str, int]]]:
+        reader = ServingStore(redis_url, "probe")
+        try:
+            calls = _watched(reader, client, lambda i: None)
+            answer = await top_answer(reader, VIEW, "count", 5, Span([T0 + p * PANE for p in range(PANES)], PANE))
+            return [(e.key, float(e.value)) for e in answer.top], calls
+        finally:
+            await reader.close()
+            client.close()
+
+    got, calls = asyncio.run(run())
+    assert got == _fold(batch, live, 5)
+    assert [i for i, c in enumerate(calls) if not (c["zscore"] or c["zrevrange"])] == [0], calls
+
+
+def test_a_top_n_of_no_keys_is_refused_before_any_call(redis_url: str) -> None:
+    """n=0 would leave the merge's n-th best undefined (its stop rule reads it): refused, naming n."""
+    async def run() -> None:
+        reader = ServingStore(redis_url, "probe")
+        try:
+            with pytest.raises(ValueError, match="n=0"):
+                await reader.top_range("trend", "count", [T0, T0 + PANE], 0, "sum")
+        finally:
+            await reader.close()
+
+    asyncio.run(run())
