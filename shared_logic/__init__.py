@@ -13,10 +13,10 @@ from shared_logic.errors import (
 from shared_logic.measures import Average, Count, Derived, Distinct, Max, Measure, Min, Sum
 from shared_logic.pipeline import EventModel, Pipeline
 from shared_logic.registry import BUILTIN_PIPELINES, load_pipeline
-from shared_logic.views import TumblingWindow, View
+from shared_logic.views import SlidingWindow, TumblingWindow, View
 
 __all__ = [
     "Average", "BUILTIN_PIPELINES", "Count", "Derived", "Distinct", "EventModel", "EventValidationError",
-    "Max", "Measure", "Min", "Pipeline", "PipelineDefinitionError", "SharedLogicError", "Sum",
+    "Max", "Measure", "Min", "Pipeline", "PipelineDefinitionError", "SharedLogicError", "SlidingWindow", "Sum",
     "TumblingWindow", "UnknownNameError", "View", "load_pipeline",
 ]

@@ -1,9 +1,15 @@
 """View definitions and the one aggregation both layers run.
 
-A view groups the transformed rows by its key columns (and, for a windowed view, by a tumbling
-event-time window) and computes monoid measures per group. The batch layer runs ``aggregate``
+A view groups the transformed rows by its key columns (and, for a windowed view, by an event-time
+pane) and computes monoid measures per group. The batch layer runs ``aggregate``
 over a snapshot; the speed layer runs the very same function over each micro-batch, and the
 serving layer combines the two parts with each measure's monoid.
+
+**Windows are panes.** A windowed view stores one row per key and *pane*: a tumbling window is its
+own pane; a sliding (hopping) window of ``size`` every ``slide`` is stored as panes of ``slide``
+and answered by combining the ``size / slide`` panes it covers with each measure's monoid. So an
+event is stored once (not ``size / slide`` times), both layers compute panes exactly as they compute
+tumbling windows, and a sliding window's answer is exact for the same reason any merged answer is.
 """
 
 from __future__ import annotations
@@ -17,10 +23,20 @@ from pyspark.sql import functions as F
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
+from shared_logic.sessions import SESSION_FIELDS, SessionWindow
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-#: Column holding a windowed row's window start (UTC timestamp) in gold tables.
+#: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
 WINDOW_START = "window_start"
+#: Most panes one sliding window may cover (``size / slide``): a window is read by combining its panes.
+MAX_PANES_PER_WINDOW = 1_440
+
+
+def _whole_seconds(what: str, value: timedelta) -> int:
+    seconds = value.total_seconds()
+    if seconds < 1 or seconds != int(seconds):
+        raise PipelineDefinitionError(f"window {what} must be a whole number of seconds >= 1, got {value}")
+    return int(seconds)
 
 
 @dataclass(frozen=True)
@@ -31,25 +47,96 @@ class TumblingWindow:
     time_column: str = "event_time"
 
     def __post_init__(self) -> None:
-        seconds = self.size.total_seconds()
-        if seconds < 1 or seconds != int(seconds):
-            raise PipelineDefinitionError(f"window size must be a whole number of seconds >= 1, got {self.size}")
+        _whole_seconds("size", self.size)
 
     @property
     def seconds(self) -> int:
         return int(self.size.total_seconds())
+
+    @property
+    def pane_seconds(self) -> int:
+        """The stored pane: the window itself."""
+        return self.seconds
+
+    @property
+    def panes(self) -> int:
+        """Panes one window covers."""
+        return 1
 
     def start_of(self, epoch_seconds: float) -> int:
         """The start (epoch seconds) of the window holding ``epoch_seconds``."""
         return int(epoch_seconds // self.seconds) * self.seconds
 
     def column(self) -> Column:
-        return F.window(F.col(self.time_column), f"{self.seconds} seconds").start.alias(WINDOW_START)
+        return _pane_column(self.time_column, self.seconds)
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Overlapping event-time windows ``[start, start + size)``, one starting every ``slide`` (aligned to the
+    Unix epoch, UTC), ``size`` a whole multiple of ``slide``. Stored as panes of ``slide`` (an event in one
+    pane, once); a window is answered by combining its ``size / slide`` panes."""
+
+    size: timedelta
+    slide: timedelta
+    time_column: str = "event_time"
+
+    def __post_init__(self) -> None:
+        size, slide = _whole_seconds("size", self.size), _whole_seconds("slide", self.slide)
+        if size < slide:
+            raise PipelineDefinitionError(
+                f"SlidingWindow size {self.size} is shorter than its slide {self.slide}: windows would leave events "
+                f"out; make the size a whole multiple of the slide ({timedelta(seconds=2 * slide)}, ...)")
+        if size == slide:
+            raise PipelineDefinitionError(
+                f"SlidingWindow size {self.size} equals its slide: windows that do not overlap are tumbling; "
+                f"write TumblingWindow(timedelta(seconds={size}))")
+        if size % slide:
+            near = [str(timedelta(seconds=k * slide)) for k in (size // slide, size // slide + 1) if k > 1]
+            raise PipelineDefinitionError(
+                f"SlidingWindow size {self.size} is not a whole multiple of its slide {self.slide} (a window is "
+                f"stored as panes of the slide): make the size {' or '.join(near)}, or pick a slide that divides it")
+        if size // slide > MAX_PANES_PER_WINDOW:
+            raise PipelineDefinitionError(
+                f"SlidingWindow of {self.size} every {self.slide} covers {size // slide} panes, more than the "
+                f"{MAX_PANES_PER_WINDOW} one window may combine; make the slide at least "
+                f"{timedelta(seconds=-(-size // MAX_PANES_PER_WINDOW))}")
+
+    @property
+    def seconds(self) -> int:
+        """The window's size in seconds."""
+        return int(self.size.total_seconds())
+
+    @property
+    def pane_seconds(self) -> int:
+        """The stored pane: the slide."""
+        return int(self.slide.total_seconds())
+
+    @property
+    def panes(self) -> int:
+        """Panes one window covers: ``size / slide``."""
+        return self.seconds // self.pane_seconds
+
+    def start_of(self, epoch_seconds: float) -> int:
+        """The start (epoch seconds) of the pane holding ``epoch_seconds``."""
+        return int(epoch_seconds // self.pane_seconds) * self.pane_seconds
+
+    def column(self) -> Column:
+        return _pane_column(self.time_column, self.pane_seconds)
+
+
+#: A view's window: its rows are panes (see the module docstring).
+Window = TumblingWindow | SlidingWindow
+
+
+def _pane_column(time_column: str, seconds: int) -> Column:
+    """The pane start of each row: Spark's tumbling window of ``seconds`` over ``time_column``."""
+    return F.window(F.col(time_column), f"{seconds} seconds").start.alias(WINDOW_START)
 
 
 @dataclass(frozen=True)
 class View:
-    """A named view: key columns, an optional tumbling window, monoid measures, derived values.
+    """A named view: key columns, an optional window (tumbling or sliding), monoid measures, derived values.
 
     Guarantee: for any split of the input rows into parts, combining each part's ``aggregate``
     with the measures' monoids gives the ``aggregate`` of all rows. That is what makes the merged
@@ -59,7 +146,7 @@ class View:
     name: str
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
-    window: TumblingWindow | None = None
+    window: TumblingWindow | SlidingWindow | None = None
     derived: tuple[Derived, ...] = ()
     description: str = ""
     _by_name: dict[str, Measure] = field(init=False, repr=False, compare=False)
@@ -89,6 +176,7 @@ class View:
                     f"view {self.name!r}: derived value {d.name!r} needs measures {missing}; add them to the view"
                 )
         object.__setattr__(self, "_by_name", {m.name: m for m in self.measures})
+        _not_sessions_yet(self, self.window)
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -125,3 +213,17 @@ class View:
         for k in self.keys:
             rows = rows.where(F.col(k).isNotNull())
         return rows.groupBy(*groups).agg(*(m.aggregate() for m in self.measures))
+
+
+def _not_sessions_yet(view: View, window: object) -> None:
+    """A session view is checked (its names), then refused: the batch and speed layers do not store sessions yet
+    (``shared_logic.sessions`` holds the merge and the storage design they will follow)."""
+    if not isinstance(window, SessionWindow):
+        return
+    clash = ({m.name for m in view.measures} | set(view.keys)) & set(SESSION_FIELDS)
+    if clash:
+        raise PipelineDefinitionError(f"view {view.name!r}: {sorted(clash)} name what a session view answers per "
+                                      f"session ({', '.join(SESSION_FIELDS)}); rename the key column or measure")
+    raise PipelineDefinitionError(
+        f"view {view.name!r}: SessionWindow is defined (shared_logic.sessions) but the batch and speed layers do not "
+        "store sessions yet; use a TumblingWindow or SlidingWindow for now")

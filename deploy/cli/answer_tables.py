@@ -19,6 +19,8 @@ def key_table(answer: dict[str, Any]) -> Table:
     span = answer.get("window") or answer.get("range")
     if span:
         title += f", {span['start']} .. {span['end']}"
+    if answer.get("now"):
+        title += f" (now = {answer['now']})"
     explain = answer.get("explain")
     table = Table(title=title, caption=_exact_as_of(answer))
     table.add_column("measure")
@@ -33,13 +35,13 @@ def key_table(answer: dict[str, Any]) -> Table:
 
 
 def windows_table(answer: dict[str, Any]) -> Table | None:
-    """A range answer's windows, oldest first, one row each (None when the answer has none)."""
+    """A range answer's panes (a sliding window's too), oldest first, one row each (None when it has none)."""
     windows = answer.get("windows")
     if not windows:
         return None
     measures = list(answer["value"])
-    table = Table(title=f"{answer['view']} {escape(answer['key'])}: per window")
-    table.add_column("window start")
+    table = Table(title=f"{answer['view']} {escape(answer['key'])}: per pane")
+    table.add_column("pane start")
     for measure in measures:
         table.add_column(measure, justify="right")
     for window in windows:
@@ -50,8 +52,11 @@ def windows_table(answer: dict[str, Any]) -> Table | None:
 def top_table(answer: dict[str, Any]) -> Table:
     """The ranking, highest first."""
     title = f"top {answer['n']} of {answer['view']} by {answer['measure']}"
-    if answer.get("window"):
-        title += f", window {answer['window']['start']}"
+    span = answer.get("window") or answer.get("range")
+    if span:
+        title += f", {span['start']} .. {span['end']}"
+    if answer.get("now"):
+        title += f" (now = {answer['now']})"
     table = Table(title=title, caption=_exact_as_of(answer))
     table.add_column("#", justify="right")
     table.add_column("key")
@@ -62,20 +67,18 @@ def top_table(answer: dict[str, Any]) -> Table:
 
 
 def keys_table(view: str, entries: Sequence[dict[str, Any]]) -> Table:
-    """A page of keys with their merged values, in the API's order (by key)."""
+    """A page of keys with their merged values, in the API's order (by key); a windowed view's rows all combine
+    the same panes, named in the title."""
     measures: list[str] = []
     for entry in entries:
         measures.extend(m for m in entry["value"] if m not in measures)
-    windowed = any(entry.get("window") for entry in entries)
-    table = Table(title=f"keys of {view}")
+    window = next((entry["window"] for entry in entries if entry.get("window")), None)
+    table = Table(title=f"keys of {view}" + (f", panes {window['start']} to {window['end']}" if window else ""))
     table.add_column("key")
-    if windowed:
-        table.add_column("window start")
     for measure in measures:
         table.add_column(measure, justify="right")
     for entry in entries:
-        window = [str((entry.get("window") or {}).get("start", ""))] if windowed else []
-        table.add_row(escape(str(entry["key"])), *window, *(_cell(entry["value"].get(m)) for m in measures))
+        table.add_row(escape(str(entry["key"])), *(_cell(entry["value"].get(m)) for m in measures))
     return table
 
 

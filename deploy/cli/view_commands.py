@@ -17,41 +17,42 @@ from deploy.errors import UsageError
 from deploy.settings import Settings
 from deploy.terminal import out
 
-_TIME = "ISO 8601 (2024-03-01T09:00:00Z) or epoch seconds"
+_TIME = "ISO 8601 (2024-03-01T09:00:00Z), epoch seconds, or relative to now: now, now-15m, or -1h written --from=-1h"
+_RANGES = (" Windowed views take --window or --window-end (one window; a sliding view's combines its panes; "
+           "--window-end now: the window ending now), --from/--to or --last (the panes of a range, combined). Relative "
+           "times are resolved by the API against one clock reading, shown as 'now'.")
 
 
 def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> None:
     """Register ``query``, ``top`` and ``keys`` on the CLI's subcommands (``http_options`` adds --host/--port)."""
     query = sub.add_parser(
         "query", help="the merged (batch + realtime) measures of one key of a view, from the running API",
-        description="GET /v1/views/VIEW/keys/KEY: the key's measures, exact as of the master version shown. "
-                    "Windowed views take --window (one window) or --from/--to (a range, with each window's "
-                    "values). --explain shows the batch and realtime parts beside the merged value.")
+        description="GET /v1/views/VIEW/keys/KEY: the key's measures, exact as of the master version shown." + _RANGES
+                    + " Each pane's own values are listed too. --explain shows the batch and realtime parts beside "
+                    "the merged value.")
     query.add_argument("view", help="view name (GET /v1/views lists them)")
     query.add_argument("key", help="key value; the values of a composite key joined with '|'")
     query.add_argument("--explain", action="store_true", help="show the batch and realtime parts")
-    query.add_argument("--window", metavar="TIME", help=f"windowed views: a time inside the window ({_TIME})")
-    query.add_argument("--from", dest="start", metavar="TIME", help=f"windowed views: range start, inclusive ({_TIME})")
-    query.add_argument("--to", dest="end", metavar="TIME", help=f"windowed views: range end, exclusive ({_TIME})")
+    _time_options(query)
     _common(query, http_options)
     query.set_defaults(handler=_cmd_query)
 
     top = sub.add_parser(
         "top", help="the top keys of a view by a measure, from the running API",
         description="GET /v1/views/VIEW/top: the N keys with the highest merged value of a measure, ties "
-                    "broken by key, exact as of the master version shown.")
+                    "broken by key, exact as of the master version shown." + _RANGES)
     top.add_argument("view", help="view name (GET /v1/views lists them)")
     top.add_argument("-n", type=int, default=10, help="how many keys (1-1000, default 10)")
     top.add_argument("--measure", help="measure to rank by (default: the view's first)")
-    top.add_argument("--window", metavar="TIME", help=f"windowed views: a time inside the window ({_TIME})")
+    _time_options(top)
     _common(top, http_options)
     top.set_defaults(handler=_cmd_top)
 
     keys = sub.add_parser(
         "keys", help="list a view's keys with their merged values, by key, a page at a time",
-        description="GET /v1/views/VIEW/keys: keys in key order with their merged values. Prints one page "
-                    "and the cursor of the next (--cursor); --all follows every cursor. --where COLUMN=VALUE "
-                    "filters on a key column of a composite key.")
+        description="GET /v1/views/VIEW/keys: keys in key order with their merged values, one row a key. Prints "
+                    "one page and the cursor of the next (--cursor); --all follows every cursor. --where "
+                    "COLUMN=VALUE filters on a key column of a composite key." + _RANGES)
     keys.add_argument("view", help="view name (GET /v1/views lists them)")
     keys.add_argument("--prefix", help="only keys starting with this text")
     keys.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
@@ -59,8 +60,23 @@ def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> Non
     keys.add_argument("--limit", type=int, default=100, help="keys per page (1-1000, default 100)")
     keys.add_argument("--cursor", help="continue after a previous page (its next cursor)")
     keys.add_argument("--all", action="store_true", help="every page, not just the first")
+    _time_options(keys)
     _common(keys, http_options)
     keys.set_defaults(handler=_cmd_keys)
+
+
+def _time_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--window", metavar="TIME", help=f"windowed views: the window whose first pane holds TIME ({_TIME})")
+    parser.add_argument("--window-end", metavar="TIME", help=f"windowed views: the window ending at TIME ({_TIME})")
+    parser.add_argument("--from", dest="start", metavar="TIME", help=f"windowed views: range start, inclusive ({_TIME})")
+    parser.add_argument("--to", dest="end", metavar="TIME", help=f"windowed views: range end, exclusive; default now ({_TIME})")
+    parser.add_argument("--last", metavar="DURATION", help="windowed views: the range from now minus DURATION to now "
+                                                           "(15m, 1h, 1h30m)")
+
+
+def _times(args: argparse.Namespace) -> dict[str, Any]:
+    return {"window_start": args.window, "window_end": args.window_end, "from": args.start, "to": args.end,
+            "last": args.last}
 
 
 def _common(parser: argparse.ArgumentParser, http_options: Any) -> None:
@@ -69,7 +85,7 @@ def _common(parser: argparse.ArgumentParser, http_options: Any) -> None:
 
 
 def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
-    params = {"window_start": args.window, "from": args.start, "to": args.end, "explain": args.explain or None}
+    params = {**_times(args), "explain": args.explain or None}
     with ApiClient.from_settings(settings) as api:
         answer = api.get(api.view_path(args.view, "keys", args.key), params)
     if args.json:
@@ -83,7 +99,7 @@ def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_top(settings: Settings, args: argparse.Namespace) -> int:
-    params = {"n": args.n, "measure": args.measure, "window_start": args.window}
+    params = {"n": args.n, "measure": args.measure, **_times(args)}
     with ApiClient.from_settings(settings) as api:
         answer = api.get(api.view_path(args.view, "top"), params)
     if args.json:
@@ -98,7 +114,7 @@ def _cmd_keys(settings: Settings, args: argparse.Namespace) -> int:
     cursor = args.cursor
     with ApiClient.from_settings(settings) as api:
         while True:
-            params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **filters}
+            params = {"prefix": args.prefix, "limit": args.limit, "cursor": cursor, **_times(args), **filters}
             page = api.get(api.view_path(args.view, "keys"), params)
             if args.json:
                 out.print_json(json.dumps(page))

@@ -19,6 +19,7 @@ from batch_layer.errors import SchemaChangeError
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
 from serving.api.auth import require
+from serving.api.clock import Clock, SystemClock
 from serving.api.console import install_console
 from serving.api.docs import install_docs
 from serving.api.errors import ConfigurationError, ServingError, UnavailableError
@@ -192,11 +193,13 @@ def install_error_handlers(app: FastAPI) -> None:
         })
 
 
-def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
+def create_app(settings: ApiConfig, *, redis_url: str, clock: Clock | None = None) -> FastAPI:
     """The API of every pipeline of ``settings`` (the default one un-prefixed, each one under
-    ``/v1/pipelines/{name}``, see ``serving.api.pipelines``), reading from the Redis at ``redis_url``."""
+    ``/v1/pipelines/{name}``, see ``serving.api.pipelines``), reading from the Redis at ``redis_url``.
+    ``clock``: what relative times in queries are resolved against (default: the machine's)."""
     names = settings.pipeline_names
-    apps = [_pipeline_app(settings.for_pipeline(name), redis_url=redis_url) for name in names]
+    clock = clock or SystemClock()
+    apps = [_pipeline_app(settings.for_pipeline(name), redis_url=redis_url, clock=clock) for name in names]
     default, *others = apps
     by_name = {app.state.pipeline.name: app for app in others}
     if len({app.state.pipeline.name for app in apps}) != len(apps):
@@ -205,7 +208,7 @@ def create_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     return default
 
 
-def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
+def _pipeline_app(settings: ApiConfig, *, redis_url: str, clock: Clock) -> FastAPI:
     """The API of pipeline ``settings.pipeline`` alone."""
     pipeline = load_pipeline(settings.pipeline)
 
@@ -219,7 +222,8 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
             raise
         except Exception as e:  # an unreadable master is answered per request (ingest, freshness), as before
             log.warning("cannot read the master dataset's schema at start (%s)", e)
-        app.state.store = ServingStore(redis_url, pipeline.name, {view.name: repr(view) for view in pipeline.views})
+        app.state.store = ServingStore(redis_url, pipeline.name, {view.name: repr(view) for view in pipeline.views},
+                                       top_budget=settings.top_call_budget)
         app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
         try:
             yield
@@ -239,6 +243,7 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str) -> FastAPI:
     app.state.pipeline = pipeline
     app.state.settings = settings
     app.state.master_clock = MasterClock(settings.master_uri)
+    app.state.clock = clock
     # Settings name the dead-letter table (an ApiConfig of a test or embedding may not: the route says so).
     app.state.dead_letters = DeadLetters.open(settings, pipeline.name)
     install_error_handlers(app)

@@ -33,3 +33,19 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
 
     @property
     def ingest_group_commit_ms(self) -> float: ...
+
+    @property
+    def max_range_panes(self) -> int:
+        """Most panes a key read or key listing combines."""
+
+    @property
+    def max_top_panes(self) -> int:
+        """Most panes a top-N combines."""
+
+    @property
+    def max_top_cells(self) -> int:
+        """Most n x panes of a top-N over several panes."""
+
+    @property
+    def top_call_budget(self) -> int:
+        """Most work one Lua call of a top-N over several panes does."""

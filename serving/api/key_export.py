@@ -9,7 +9,8 @@ answer with their status; if a later page fails (Redis went away), the stream st
 end (the chunked body is cut), so a client never takes a partial export for a whole one.
 
 * CSV: a header row (the key columns, ``window_start`` for windowed views, then the measures and
-  derived values), one row per (key, window); window starts in ISO 8601, empty cells for nulls, and
+  derived values), one row per key (``window_start``: the first pane its row combines, ISO 8601); empty
+  cells for nulls, and
   ``overflow`` for a sum beyond what a double holds (``shared_logic.measures.OVERFLOW``: never ``inf``).
 * NDJSON: one JSON object per line, each a ``KeyEntry`` as a page lists it, in UTF-8 with every
   character as is except U+0085, U+2028 and U+2029, written as JSON escapes (``\u2028``): JSON

@@ -1,15 +1,21 @@
 """Pages of a view's keys with their merged values, by an opaque cursor (``GET /v1/views/{view}/keys``).
 
-**Order.** Rows are listed by (window, key): windows oldest first (all-time views have one), and
-inside a window by the encoded key (the string the key route takes, several key columns joined
-with ``|``), compared bytewise as UTF-8, which is Unicode code point order. Keys come from the
-served generation's key index (``serving.store.keys``: a sorted set per view and window, all
-scores 0, read with ZRANGEBYLEX, built on first use like the rankings) and from the realtime
-segment's rows hash (a field per realtime row, views without scalar measures included): a segment is small, so all its keys with the prefix are read per window and those at or
-before the cursor dropped here.
+**Rows.** One row per key: all time, or the panes the request addresses combined (a tumbling view's
+window is one pane; a sliding view's window and a ``from``/``to`` or ``last`` range are several), its
+value the key route's for those panes (``serving.api.row_values``: each measure's monoid over every
+pane's batch and realtime parts, distinct values united).
 
-**Cursor.** Keyset pagination: a cursor is the position (window start, key) of the last row a page
-examined, with a fingerprint of the request's filters (view, prefix, key column filters, windows)
+**Order.** By the encoded key (the string the key route takes, several key columns joined with ``|``),
+compared bytewise as UTF-8, which is Unicode code point order. Keys come from the served generation's
+key index of each pane (``serving.store.keys``: a sorted set per view and pane, all scores 0, read with
+ZRANGEBYLEX, built on first use like the rankings) and from the realtime segment's rows hash of each
+pane (a field per realtime row, views without scalar measures included): a segment is small, so all its
+keys with the prefix are read and those at or before the cursor dropped here. Each pane gives its first
+keys after the cursor; a key is in the page once every pane's keys up to it are known (the least last
+key of the panes that may hold more), so a page is a merge of the panes' sorted key lists.
+
+**Cursor.** Keyset pagination: a cursor is the key of the last row a page examined (and the first
+pane's start), with a fingerprint of the request's filters (view, prefix, key column filters, panes)
 and the generation it was read at, as urlsafe base64 of JSON. The next page lists the rows
 strictly after that position. A cursor made for other filters is refused (422), and so is one
 that is not exactly what this route writes (``serving.api.cursor_body``: its fields, their types
@@ -31,13 +37,15 @@ it, and ranges never overlap: no row twice, none skipped.
 **Consistency.** Every value of a page is read at one (generation, realtime processed version),
 exactly like a key read or a top-N: the listing and the value reads (one atomic call each per
 bucket) must all name the same pair, else the page is read again; after ``_TRIES`` it is a 503.
-The values are the key route's own (``queries.row_value``).
+The values are the key route's own (``serving.api.row_values``).
 
-**Cost.** A page costs one LIST call per bucket (O(log n + limit) for the index, plus the realtime
-segment's keys of the windows it walks) and one READ per bucket with its rows; building a
-window's index once per generation is an HSCAN of its rows hash (as a ranking is). Filters on
-later key columns are applied here, so a selective one may examine many rows: a page examines at
-most ``SCAN_BUDGET`` rows and then answers with what it found (maybe none) and a cursor.
+**Cost.** A page costs one LIST call per bucket (per pane O(log n + each) for the index, plus the
+realtime segment's keys) and the value reads: one READ per bucket with its rows for one pane, one per
+key with its panes for several (``serving.api.row_values``). A pane gives at most ``each`` keys a call
+(``limit``, fewer over many panes: ``_EACH_BUDGET`` keys a call in all), so a page over many panes may
+take several calls. Building a pane's index once per generation is an HSCAN of its rows hash (as a
+ranking is). Filters on later key columns are applied here, so a selective one may examine many rows: a
+page examines at most ``SCAN_BUDGET`` rows and then answers with what it found (maybe none) and a cursor.
 """
 
 from __future__ import annotations
@@ -47,16 +55,17 @@ import base64
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import NoReturn
 
 from serving.api.cursor_body import cursor_fields
 from serving.api.errors import BadQueryError, ConflictError, UnavailableError
-from serving.api.models import KeyEntry, KeyPage, WindowSpan
-from serving.api.queries import MAX_KEY_CHARS, integral_measures, read_items, row_value, span
+from serving.api.models import KeyEntry, KeyPage
+from serving.api.queries import MAX_KEY_CHARS
+from serving.api.row_values import read_rows
 from serving.store.keys import decode_key, encode_key, suffix
 from serving.store.reader import ServingStore
-from serving.store.reads import Generation, KeyListing
+from serving.store.reads import Generation
 from shared_logic.event_values import echo
 from shared_logic.views import View
 
@@ -64,6 +73,11 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 #: Rows one page examines at most (a selective filter on a later key column may match few of them).
 SCAN_BUDGET = 20_000
+#: Batch keys one LIST call asks of all panes together, at most (each pane at least one).
+_EACH_BUDGET = 20_000
+#: Most rows x panes one page of a listing over several panes reads (a read of each key over every pane: 422
+#: above, naming limit and the range); an export's pages hold as many rows as this allows.
+MAX_LIST_CELLS = 200_000
 #: How often a page is read again when its reads named different versions, before a 503.
 _TRIES = 50
 #: Longest cursor a page takes, in characters of the urlsafe base64 alphabet (``CURSOR_PATTERN``; 422
@@ -73,30 +87,41 @@ _TRIES = 50
 MAX_CURSOR_CHARS = 16_384
 CURSOR_PATTERN = "^[A-Za-z0-9_-]*$"
 #: Query parameters of the route itself; any other must name a key column of the view.
-FIXED_PARAMS = frozenset({"limit", "cursor", "prefix", "window_start", "from", "to"})
+FIXED_PARAMS = frozenset({"limit", "cursor", "prefix", "window_start", "window_end", "from", "to", "last"})
 
-#: A position in the order (window index, kind, key): kind -1 is before the window's first key, 0 at
-#: ``key``, 1 after the window's last key.
-Position = tuple[int, int, bytes]
-START: Position = (0, -1, b"")
+#: The last key a page examined (None: before the first key).
+Position = bytes | None
 
 
 @dataclass(frozen=True)
 class Listing:
-    """What a listing asks for: a view, its windows (starts; [] for all time) and the filters."""
+    """What a listing asks for: a view, the panes combined per key (starts; [] for all time) and the filters."""
 
     view: View
     starts: list[int]
     prefix: str
     columns: dict[str, str]
+    #: The time parameters as asked, when resolving them read the clock (``last``, ``window_end=now``, ``-1h``): its
+    #: cursors carry the panes the first page resolved, and every later page reuses them instead of reading the
+    #: clock again (which past a pane boundary would name other panes). '' for absolute times.
+    relative: str = ""
+
+    def over(self, first: int, count: int) -> Listing:
+        """This listing over ``count`` panes from ``first`` (a cursor's range)."""
+        step = self.view.window.pane_seconds if self.view.window else 0
+        return replace(self, starts=[first + i * step for i in range(count)])
 
     @property
-    def windows(self) -> list[str]:
+    def panes(self) -> list[str]:
         return [suffix(s) for s in self.starts] or [""]
 
     @property
     def fingerprint(self) -> str:
-        asked = [self.view.name, self.prefix, sorted(self.columns.items()), self.starts[:1], len(self.starts)]
+        asked: list = [self.view.name, self.prefix, sorted(self.columns.items()), self.starts[:1], len(self.starts)]
+        if self.relative:  # the panes are the cursor's: the asked times name them
+            asked[3:] = [self.relative, "relative"]
+        elif len(self.starts) > 1:  # a row per key, panes combined (cursors of the old row per key and pane differ)
+            asked.append("combined")
         return hashlib.sha256(json.dumps(asked).encode()).hexdigest()[:16]
 
     def key_prefix(self) -> str:
@@ -141,10 +166,11 @@ def column_filters(view: View, params: list[tuple[str, str]]) -> dict[str, str]:
 # the cursor
 
 
-def encode_cursor(listing: Listing, at: Position, served: Generation) -> str:
-    window, kind, key = at
-    body = {"f": listing.fingerprint, "w": listing.starts[window] if listing.starts else None, "t": kind,
-            "k": base64.urlsafe_b64encode(key).decode(), "g": served.generation, "l": served.logic}
+def encode_cursor(listing: Listing, at: bytes, served: Generation) -> str:
+    body = {"f": listing.fingerprint, "w": listing.starts[0] if listing.starts else None, "t": 0,
+            "k": base64.urlsafe_b64encode(at).decode(), "g": served.generation, "l": served.logic}
+    if listing.relative and listing.starts:
+        body["n"] = len(listing.starts)
     return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
@@ -154,32 +180,42 @@ _UNREADABLE = ("cursor: not a cursor this route made; pass next_cursor of the pr
 
 @dataclass(frozen=True)
 class Cursor:
-    """A cursor as read: the position to resume after, the logic and the generation its page was read at."""
+    """A cursor as read: the key to resume after, the logic and the generation its page was read at, and the
+    panes (first start, count) a listing of relative times resolved on its first page."""
 
     after: Position
     logic: str | None
     generation: int | None
+    panes: tuple[int, int] | None = None
+
+    def listing(self, listing: Listing) -> Listing:
+        """``listing`` over this cursor's panes, if it carries them."""
+        return listing.over(*self.panes) if self.panes else listing
+
+
+def _other_filters() -> NoReturn:
+    raise BadQueryError(
+        "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
+        "column filters and window_start, window_end, from/to or last) with only cursor added, or leave cursor "
+        "out to start over")
 
 
 def decode_cursor(listing: Listing, cursor: str | None) -> Cursor:
-    """The position after which a cursor resumes, the logic and generation it was made at (None: no cursor);
+    """The key after which a cursor resumes, the logic and generation it was made at (None: no cursor);
     422 when it is not exactly what ``encode_cursor`` makes (its fields, their types and values) or was
     made for other filters."""
     if cursor is None:
-        return Cursor(START, None, None)
+        return Cursor(None, None, None)
     try:
-        fingerprint, window, kind, key, generation, logic = cursor_fields(cursor)
+        fingerprint, window, _, key, generation, logic, panes = cursor_fields(cursor)
     except ValueError as e:
         raise BadQueryError(_UNREADABLE) from e
-    starts, index = listing.starts, 0
-    if window is not None and starts and listing.view.window:
-        index = (window - starts[0]) // listing.view.window.seconds
-    fits = not starts if window is None else 0 <= index < len(starts) and starts[index] == window
-    if fingerprint != listing.fingerprint or not fits:
-        raise BadQueryError(
-            "cursor: it was made for other filters; repeat the request that returned it (the same view, prefix, key "
-            "column filters and window_start or from/to) with only cursor added, or leave cursor out to start over")
-    return Cursor((index, kind, key), logic, generation)
+    if listing.relative and listing.starts and window is not None and panes is not None:
+        return Cursor(key, logic, generation, (window, panes)) if fingerprint == listing.fingerprint else \
+            _other_filters()
+    if fingerprint != listing.fingerprint or window != (listing.starts[0] if listing.starts else None):
+        _other_filters()
+    return Cursor(key, logic, generation)
 
 
 def _not_ahead(cursor: Cursor, served: Generation) -> None:
@@ -203,26 +239,11 @@ def _same_logic(logic: str | None, served: Generation) -> None:
 # pages
 
 
-def _bounds(prefix: bytes, after: Position) -> tuple[bytes, bytes, bytes]:
-    """ZRANGEBYLEX bounds: in the cursor's window (keys after it), in later windows, and the upper end."""
-    rest = b"[" + prefix if prefix else b"-"
+def _bounds(prefix: bytes, after: Position) -> tuple[bytes, bytes]:
+    """ZRANGEBYLEX bounds of the keys after ``after`` with ``prefix``."""
     hi = b"[" + prefix + b"\xff" if prefix else b"+"  # no UTF-8 string holds the byte 0xff
-    _, kind, key = after
-    first = b"(" + key if kind == 0 and key >= prefix else rest
-    return first, rest, hi
-
-
-def _candidates(listing: KeyListing, after: Position, windows: int) -> tuple[list[Position], Position | None]:
-    """One bucket's rows after ``after``, and the position up to which (inclusive) they are all its rows
-    (None: all of them to the end)."""
-    found = {(w.index, 0, k) for w in listing.windows for k in (*w.batch, *w.realtime)}
-    rows = sorted(p for p in found if p > after)
-    if not listing.windows:
-        return rows, None
-    last = listing.windows[-1]
-    if len(last.batch) >= last.wanted:  # maybe more batch keys after its last one
-        return rows, (last.index, 0, last.batch[-1])
-    return rows, None if last.index == windows - 1 else (last.index, 1, b"")
+    lo = b"(" + after if after is not None and after >= prefix else b"[" + prefix if prefix else b"-"
+    return lo, hi
 
 
 class _Moved(Exception):
@@ -235,8 +256,8 @@ def _same(state: Generation | None, seen: Generation) -> Generation:
     return seen
 
 
-async def key_page(store: ServingStore, listing: Listing, after: Position, limit: int) -> tuple[list[KeyEntry], Position | None, Generation]:
-    """The next up to ``limit`` rows after ``after``, with their values, all at one version; and the position
+async def key_page(store: ServingStore, listing: Listing, after: Position, limit: int) -> tuple[list[KeyEntry], Position, Generation]:
+    """The next up to ``limit`` rows after ``after``, with their values, all at one version; and the key
     the next page starts after (None: this was the last page)."""
     for _ in range(_TRIES):
         try:
@@ -247,81 +268,55 @@ async def key_page(store: ServingStore, listing: Listing, after: Position, limit
                            "(flips or micro-batch commits in between); ask again", headers={"Retry-After": "1"})
 
 
-async def _page(store: ServingStore, listing: Listing, after: Position, limit: int) -> tuple[list[KeyEntry], Position | None, Generation]:
-    view, windows = listing.view, listing.windows
+async def _page(store: ServingStore, listing: Listing, after: Position, limit: int) -> tuple[list[KeyEntry], Position, Generation]:
+    view, panes = listing.view, listing.panes
     raw_prefix = listing.key_prefix().encode()
+    each = max(1, min(limit, _EACH_BUDGET // len(panes)))
     state: Generation | None = None
     entries: list[KeyEntry] = []
     examined = 0
     while True:
-        first = after[0] + 1 if after[1] == 1 else after[0]
-        if first >= len(windows):
-            return entries, None, _stated(state)
-        bounds = _bounds(raw_prefix, after if first == after[0] else START)
-        listings = await asyncio.gather(*(store.list_keys(bucket, view.name, windows, first, bounds, raw_prefix, limit)
-                                          for bucket in store.keys.all_buckets()))
-        rows: set[Position] = set()
-        ends: list[Position] = []
+        listings = await asyncio.gather(*(store.list_keys(bucket, view.name, panes, _bounds(raw_prefix, after),
+                                                          raw_prefix, each) for bucket in store.keys.all_buckets()))
+        rows: set[bytes] = set()
+        ends: list[bytes] = []
         for one in listings:
             state = _same(state, one.generation)
-            found, end = _candidates(one, after, len(windows))
-            rows.update(found)
+            rows.update(k for k in one.listed() if after is None or k > after)
+            end = one.complete_to()
             if end is not None:
                 ends.append(end)
         covered = min(ends) if ends else None
-        ordered = sorted(p for p in rows if covered is None or p <= covered)
+        ordered = sorted(k for k in rows if covered is None or k <= covered)
         if len(ordered) > limit - len(entries):
             ordered = ordered[:limit - len(entries)]
             covered = ordered[-1]
-        kept = [p for p in ordered if listing.matches(p[2].decode())]
-        state, found_entries = await _values(store, listing, kept, state)
-        entries += found_entries
+        kept = [k.decode() for k in ordered if listing.matches(k.decode())]
+        seen, found = await read_rows(store, view, listing.starts, kept)
+        for generation in seen:
+            state = _same(state, generation)
+        entries += found
         examined += len(ordered)
         if len(entries) >= limit or covered is None or examined >= SCAN_BUDGET:
+            assert state is not None, "a page reads the store before it ends"
             return entries, covered, state
         after = covered
 
 
-def _stated(state: Generation | None) -> Generation:
-    assert state is not None, "a page reads the store before it ends"
-    return state
-
-
-async def _values(store: ServingStore, listing: Listing, rows: list[Position],
-                  state: Generation | None) -> tuple[Generation, list[KeyEntry]]:
-    """The entries of ``rows`` that hold a value (a realtime row of a micro-batch not yet committed holds
-    none), each bucket's rows in one atomic read at the version ``state`` names."""
-    view = listing.view
-    if not rows:
-        return _stated(state), []
-    by_bucket: dict[int, list[int]] = {}
-    for i, (_, _, raw) in enumerate(rows):
-        by_bucket.setdefault(store.keys.bucket_of(raw.decode()), []).append(i)
-    items = [(key.decode(), listing.starts[w] if listing.starts else None) for w, _, key in rows]
-    reads = await asyncio.gather(*(read_items(store, view, [items[i] for i in group]) for group in by_bucket.values()))
-    for read in reads:
-        state = _same(state, read.generation)
-    served = _stated(state)
-    integral = await integral_measures(store, served.generation, view)
-    values: dict[int, dict[str, Any] | None] = {}
-    for group, read in zip(by_bucket.values(), reads):
-        for j, i in enumerate(group):
-            values[i] = row_value(view, read, j, integral)
-    entries = []
-    for i, (key, start) in enumerate(items):
-        value = values[i]
-        if value is None:
-            continue
-        entries.append(KeyEntry(
-            key=key, value=value,
-            columns=dict(zip(view.keys, decode_key(key, len(view.keys)))) if len(view.keys) > 1 else None,
-            window=WindowSpan(**span(start, view.window.seconds)) if start is not None and view.window else None,
-        ))
-    return served, entries
+def _rows_a_page(listing: Listing, limit: int) -> int:
+    """``limit``, unless a page of it over the listing's panes would read more than ``MAX_LIST_CELLS``: a 422."""
+    panes = len(listing.starts)
+    if panes > 1 and limit * panes > MAX_LIST_CELLS:
+        raise BadQueryError(f"limit={limit} over {panes} panes is {limit * panes} key-panes to read, more than "
+                            f"{MAX_LIST_CELLS}: ask a smaller limit (at most {max(1, MAX_LIST_CELLS // panes)}) or "
+                            "a shorter range (from/to, last)")
+    return limit
 
 
 async def page_answer(store: ServingStore, listing: Listing, cursor: str | None, limit: int) -> KeyPage:
     read = decode_cursor(listing, cursor)
+    listing = read.listing(listing)
+    limit = _rows_a_page(listing, limit)
     entries, end, served = await key_page(store, listing, read.after, limit)
     _not_ahead(read, served)
     _same_logic(read.logic, served)
@@ -333,7 +328,9 @@ async def every_page(store: ServingStore, listing: Listing, cursor: str | None) 
     """Every page from ``cursor`` on (``MAX_LIMIT`` rows each, each at one version), until the last one.
     The first page is read before this returns, so its errors (a bad cursor, 503) answer the request."""
     read = decode_cursor(listing, cursor)
-    entries, after, served = await key_page(store, listing, read.after, MAX_LIMIT)
+    listing = read.listing(listing)
+    rows = _rows_a_page(listing, min(MAX_LIMIT, max(1, MAX_LIST_CELLS // max(1, len(listing.starts)))))
+    entries, after, served = await key_page(store, listing, read.after, rows)
     _not_ahead(read, served)
     _same_logic(read.logic, served)
 
@@ -341,7 +338,7 @@ async def every_page(store: ServingStore, listing: Listing, cursor: str | None) 
         nonlocal entries, after
         yield entries
         while after is not None:
-            entries, after, now = await key_page(store, listing, after, MAX_LIMIT)
+            entries, after, now = await key_page(store, listing, after, rows)
             _same_logic(served.logic, now)  # mid-stream: the stream breaks off instead of mixing two logics
             yield entries
 

@@ -112,7 +112,7 @@ def _is_sequence_or_model(annotation: Any) -> bool:
     if origin in (typing.Union, types.UnionType):
         return any(_is_sequence_or_model(arg) for arg in typing.get_args(annotation))
     target = origin or annotation
-    return isinstance(target, type) and target not in (str, bytes) and issubclass(target, _COMPOUND)
+    return isinstance(target, type) and not issubclass(target, (str, bytes)) and issubclass(target, _COMPOUND)
 
 
 def _params(dependant: Dependant, where: str) -> tuple[tuple[_Param, ...], tuple[_Param, ...]]:

@@ -9,6 +9,13 @@ from pydantic import BaseModel, Field
 
 from shared_logic.measures import OVERFLOW
 
+_WINDOW = "The one window asked for (window_start or window_end), resolved."
+_RANGE = "The range asked for (from/to, or last), resolved: relative times at `now`."
+_COVERED = ("The panes the answer combines, from the first one's start to the last one's end (windowed views): "
+            "every pane the window or range overlaps, whole.")
+_NOW = ("The clock reading this request's relative times (-1h, now, last=15m, to left out) were resolved against; "
+        "absent when it had none.")
+
 
 class WindowSpan(BaseModel):
     start: datetime = Field(description="Window start (inclusive), UTC.")
@@ -41,9 +48,13 @@ class KeyAnswer(BaseModel):
         description="Monoid measures (count, sum_*, min_*, max_*, distinct_*) and derived values (avg_*). A sum "
                     f"beyond what a double holds (and its average) is the string {OVERFLOW!r}, never a number or null."
     )
-    window: WindowSpan | None = Field(default=None, description="The window asked for (windowed views, one window).")
-    range: WindowSpan | None = Field(default=None, description="The time range asked for (windowed views, from/to).")
-    windows: list[WindowValue] | None = Field(default=None, description="Per-window values inside the range, oldest first.")
+    window: WindowSpan | None = Field(default=None, description=_WINDOW)
+    range: WindowSpan | None = Field(default=None, description=_RANGE)
+    covered: WindowSpan | None = Field(default=None, description=_COVERED)
+    now: datetime | None = Field(default=None, description=_NOW)
+    windows: list[WindowValue] | None = Field(
+        default=None, description="Each pane's own values, oldest first (a range, or a sliding window: its panes; a "
+                                  "tumbling view's pane is its window); panes without the key are left out.")
     generation: int = Field(description="The batch generation answered from (its master version).")
     version: int = Field(description="Master dataset version the answer is exact for.")
     computed_at: datetime | None = Field(default=None, description="When the batch generation was computed.")
@@ -64,7 +75,10 @@ class TopAnswer(BaseModel):
     view: str
     measure: str
     n: int
-    window: WindowSpan | None = None
+    window: WindowSpan | None = Field(default=None, description=_WINDOW)
+    range: WindowSpan | None = Field(default=None, description=_RANGE)
+    covered: WindowSpan | None = Field(default=None, description=_COVERED)
+    now: datetime | None = Field(default=None, description=_NOW)
     top: list[TopEntry] = Field(description=f"Highest first; ties broken by key. Keys whose value is {OVERFLOW!r} "
                                             "(a sum beyond what a double holds) are not ranked.")
     generation: int
@@ -75,12 +89,13 @@ class TopAnswer(BaseModel):
 
 
 class KeyEntry(BaseModel):
-    """One row of a key listing: a key (in one window, for windowed views) and its merged value."""
+    """One row of a key listing: a key and its merged value (windowed views: over the panes asked, combined)."""
 
     key: str = Field(description="The key as the key route takes it (several key columns joined with '|').")
     columns: dict[str, str] | None = Field(default=None, description="Views with several key columns: each one's value.")
-    window: WindowSpan | None = Field(default=None, description="Windowed views: the window of this row.")
-    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for this window "
+    window: WindowSpan | None = Field(default=None, description="Windowed views: the panes this row combines, from the "
+                                                                "first one's start to the last one's end.")
+    value: dict[str, Any] = Field(description="The merged measures, as the key route answers them for these panes "
                                               f"(an overflowed sum: {OVERFLOW!r}).")
 
 
@@ -93,6 +108,10 @@ class KeyPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null after the last page.")
     generation: int = Field(description="The batch generation this page was read from.")
     version: int = Field(description="Master dataset version every value of this page is exact for.")
+    window: WindowSpan | None = Field(default=None, description=_WINDOW)
+    range: WindowSpan | None = Field(default=None, description=_RANGE)
+    covered: WindowSpan | None = Field(default=None, description=_COVERED)
+    now: datetime | None = Field(default=None, description=_NOW)
 
 
 class MeasureInfo(BaseModel):
@@ -107,7 +126,10 @@ class ViewInfo(BaseModel):
     keys: list[str]
     measures: list[MeasureInfo]
     derived: list[str]
-    window_seconds: int | None = Field(default=None, description="Tumbling window size; null for all-time views.")
+    window_seconds: int | None = Field(default=None, description="Window size (tumbling or sliding); null for all-time "
+                                                                 "views.")
+    slide_seconds: int | None = Field(default=None, description="Sliding views: how often a window starts, the size "
+                                                                "of the panes stored; null otherwise.")
     generation: int | None = Field(default=None, description="Served batch generation; null when none is published.")
     version: int | None = Field(default=None, description="Master version answers are exact for (batch + speed).")
     computed_at: datetime | None = None

@@ -20,79 +20,24 @@ from typing import Any
 
 from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.models import Explanation, KeyAnswer, TopAnswer, TopEntry, WindowSpan, WindowValue
-from serving.api.times import at, epoch_seconds
+from serving.api.times import at
+from serving.api.windows import Span
 from serving.store.reader import ServingStore
 from serving.store.reads import Generation, KeyRead
 from shared_logic.event_values import echo
-from shared_logic.events import TIME_MAX, TIME_MIN, TIME_RANGE
 from shared_logic.measures import OVERFLOW, Count, Measure, overflowed
 from shared_logic.views import View
 
-#: Most windows one range query may span (bounds the work of one atomic read).
-MAX_WINDOWS = 2_000
 #: Longest key, ``prefix`` or key column filter a query takes, in characters (422 above; the routes
 #: declare it as ``maxLength``). With the cursor's and the times' limits it keeps every request the
 #: document allows (each character percent-encoded as up to 12 bytes) within the 65535 bytes of URL
 #: the HTTP server reads, so each gets this API's answer; and the cursor after any such key fits
 #: ``key_pages.MAX_CURSOR_CHARS``.
 MAX_KEY_CHARS = 2048
-#: Epoch seconds a window addressed by a query must lie in: its start at or after TIME_MIN and its
-#: end (exclusive, itself an answer's time) at or before TIME_MAX, rounded down to a second.
-_FIRST, _LAST = epoch_seconds(TIME_MIN), epoch_seconds(TIME_MAX)
-_MICROSECOND = timedelta(microseconds=1)
-
-
 @functools.lru_cache(maxsize=64)
 def _at(epoch: float | None) -> datetime | None:
     """A generation's ``computed_at`` as a datetime (cached: every answer from a generation names it)."""
     return None if epoch is None else at(0) + timedelta(seconds=epoch)
-
-
-def _outside(view: View, param: str, t: datetime) -> BadQueryError:
-    size = view.window.seconds  # type: ignore[union-attr]
-    earliest, latest = -(-_FIRST // size) * size, (_LAST - size) // size * size + size
-    return BadQueryError(
-        f"{param}: the {size} s window of view {view.name!r} holding {t.isoformat()} reaches outside the supported "
-        f"time range {TIME_RANGE}; for this view give a time from {at(earliest).isoformat()} to "
-        f"{(at(latest) - _MICROSECOND).isoformat()}"
-    )
-
-
-def _window_of(view: View, param: str, t: datetime) -> int:
-    """Start (epoch seconds) of the window of ``view`` holding ``t``, which must lie in the supported range."""
-    size = view.window.seconds  # type: ignore[union-attr]
-    start = view.window.start_of(epoch_seconds(t))  # type: ignore[union-attr]
-    if start < _FIRST or start + size > _LAST:
-        raise _outside(view, param, t)
-    return start
-
-
-def window_starts(view: View, window_start: datetime | None, start: datetime | None, end: datetime | None) -> list[int]:
-    """Epoch-second window starts a query addresses; [] for an all-time view. Times are aware UTC
-    datetimes (``serving.api.times``); arithmetic is exact, in whole seconds and microseconds."""
-    if view.window is None:
-        if window_start or start or end:
-            raise BadQueryError(f"view {view.name!r} has no window; drop window_start/from/to")
-        return []
-    size = view.window.seconds
-    if window_start is not None:
-        if start or end:
-            raise BadQueryError("give either window_start or from/to, not both")
-        return [_window_of(view, "window_start", window_start)]
-    if start is None or end is None:
-        raise BadQueryError(
-            f"view {view.name!r} is windowed ({size} s tumbling windows): give window_start=<time>, "
-            "or from=<time>&to=<time> (ISO 8601 or epoch seconds)"
-        )
-    if end <= start:
-        raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()})")
-    first = _window_of(view, "from", start)
-    count = -(-(end - at(first)) // timedelta(seconds=size))
-    if count > MAX_WINDOWS:
-        raise BadQueryError(f"the range spans {count} windows; at most {MAX_WINDOWS} per query")
-    if first + count * size > _LAST:
-        raise _outside(view, "to", end - _MICROSECOND)
-    return [first + i * size for i in range(count)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,44 +151,57 @@ def row_value(view: View, read: KeyRead, i: int, integral: frozenset[str]) -> di
     return _finish(view, combine(view, [read.batch[i], read.realtime[i]], integral), read.distinct_merged[i])
 
 
-def span(start: int, seconds: int) -> dict[str, datetime]:
+def merged_value(view: View, read: KeyRead, integral: frozenset[str]) -> dict[str, Any] | None:
+    """Every item of ``read`` (one key: its panes, or its one row) combined into the key's answer: every batch
+    and realtime part with each measure's monoid, distinct counts as the union of all of them (the read's own,
+    HyperLogLog by register union); None when no item holds a row."""
+    if not any(_held(read, i) for i in range(len(read.batch))):
+        return None
+    return _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
+
+
+def span_of(start: int, seconds: int) -> dict[str, datetime]:
+    """A pane's or window's start and end, from its start and length (epoch seconds)."""
     return {"start": at(start), "end": at(start + seconds)}
 
 
-async def key_answer(
-    store: ServingStore,
-    view: View,
-    key: str,
-    *,
-    window_start: datetime | None = None,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    explain: bool = False,
-) -> KeyAnswer:
-    """The exact measures of ``key`` in ``view`` (one window, a range of windows, or all time)."""
-    starts = window_starts(view, window_start, start, end)
+def spans(span: Span) -> dict[str, Any]:
+    """How an answer echoes what it addressed: the window or range asked (resolved), the panes it combined and
+    the clock reading relative times were resolved against."""
+    window = None if span.window is None else WindowSpan(start=at(span.window[0]), end=at(span.window[1]))
+    given = None if span.range is None else WindowSpan(start=span.range[0], end=span.range[1])
+    covered = span.covered
+    return {"window": window, "range": given, "now": span.now,
+            "covered": None if covered is None else WindowSpan(start=covered[0], end=covered[1])}
+
+
+async def key_answer(store: ServingStore, view: View, key: str, span: Span | None = None, *,
+                     explain: bool = False) -> KeyAnswer:
+    """The exact measures of ``key`` in ``view`` over the panes ``span`` addresses (one window, a range, or all
+    time: None)."""
+    span = span or Span([])
+    starts = span.panes
     items = [(key, s) for s in starts] if starts else [(key, None)]
     shape = _shape(view)
     read = await store.read(view.name, items, shape.scalar_names, shape.distinct_names)
     present = [_held(read, i) for i in range(len(items))]
     if not any(present):
-        where = f" in the {len(starts)} window(s) asked for" if starts else ""
+        where = f" in the {len(starts)} pane(s) asked for" if starts else ""
         raise NotFoundError(f"key {echo(key)} not found in view {view.name!r}{where} "
                             f"(as of master version {read.generation.version})")
     served = read.generation.generation
     integral = _known_integral(store, served, view)
     if integral is None:
         integral = await integral_measures(store, served, view)
-    value = _finish(view, combine(view, [*read.batch, *read.realtime], integral), read.distinct_total)
+    value = merged_value(view, read, integral)
+    assert value is not None, "an item holds a row"
     answer = _answer(view, key, read.generation, value)
-    if view.window and window_start is not None:
-        answer.window = WindowSpan(**span(starts[0], view.window.seconds))
-    elif view.window:
-        answer.range = WindowSpan(start=start, end=end)  # type: ignore[arg-type]
-        answer.windows = [
-            WindowValue(**span(s, view.window.seconds), value=row_value(view, read, i, integral) or {})
-            for i, s in enumerate(starts) if present[i]
-        ]
+    if starts:
+        for name, echoed in spans(span).items():
+            setattr(answer, name, echoed)
+        if span.range is not None or len(starts) > 1:
+            answer.windows = [WindowValue(**span_of(s, span.pane_seconds), value=row_value(view, read, i, integral) or {})
+                              for i, s in enumerate(starts) if present[i]]
     if explain:
         answer.explain = _explain(view, read, integral)
     return answer
@@ -267,14 +225,31 @@ def _explain(view: View, read: KeyRead, integral: frozenset[str]) -> Explanation
     )
 
 
-def _ranking(view: View, name: str) -> Measure:
-    """The scalar measure ``name`` of ``view``, or a 422 naming the ones a top-N ranks by."""
+#: How a measure must combine to rank over several panes (the threshold merge, ``serving.store.threshold``).
+RANKS_OVER_PANES = ("sum", "max", "min")
+
+
+def _ranking(view: View, name: str, panes: int) -> Measure:
+    """The scalar measure ``name`` of ``view``, or a 422 naming the ones a top-N ranks by (over several panes:
+    those that combine by sum, max or min)."""
+    rankable = [m for m in view.scalar_measures if panes <= 1 or m.combines in RANKS_OVER_PANES]
+    names = [m.name for m in rankable]
     for measure in view.scalar_measures:
         if measure.name == name:
-            return measure
-    names = [m.name for m in view.scalar_measures]
-    what = ("is empty" if not name else "is a distinct count" if name in {m.name for m in view.distinct_measures}
+            if measure in rankable:
+                return measure
+            raise BadQueryError(f"measure: {name!r} combines in its own way (combines={measure.combines!r}), so it "
+                                f"ranks in one pane only; ask one pane (window_start of a tumbling view) or rank by "
+                                f"one of {names}")
+    derived = {d.name: d for d in view.derived}
+    what = ("is empty" if not name else "is a distinct count (a HyperLogLog: not ranked; its distinct values per "
+            "key are on the key route)" if name in {m.name for m in view.distinct_measures}
+            else f"is derived at query time from {list(derived[name].requires())} (not a monoid: ranking it needs "
+                 "every key's value; rank by one of those and read it on the key route)" if name in derived
             else f"is not a measure of view {view.name!r}")
+    if not names:
+        raise BadQueryError(f"measure: {echo(name)} {what}; view {view.name!r} has no measure a top-N ranks by "
+                            f"{'over several panes' if panes > 1 else ''}")
     raise BadQueryError(f"measure: {echo(name)} {what}; top-N ranks by one of {names} (leave measure out for "
                         f"{names[0]!r})")
 
@@ -286,22 +261,32 @@ def _answer(view: View, key: str, served: Generation, value: dict[str, Any]) -> 
     )
 
 
-async def top_answer(
-    store: ServingStore, view: View, measure_name: str | None, n: int, window_start: datetime | None
-) -> TopAnswer:
-    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values (ties: key order), of the
-    keys whose value is a number (an overflowed sum is not ranked). No ``measure_name``: the view's first
-    scalar measure; one the view lacks (or empty) is a 422 naming them."""
-    measure = view.scalar_measures[0] if measure_name is None else _ranking(view, measure_name)
-    starts = window_starts(view, window_start, None, None)
-    read = await store.top(view.name, measure.name, starts[0] if starts else None, n, measure.combines)
-    integral = await integral_measures(store, read.generation.generation, view)
-    merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
-              for key in read.batch.keys() | read.realtime.keys()}
+async def top_answer(store: ServingStore, view: View, measure_name: str | None, n: int,
+                     span: Span | None = None) -> TopAnswer:
+    """The exact top ``n`` keys of ``view`` by a scalar measure of the merged values over the panes ``span``
+    addresses (ties: key order), of the keys whose value is a number (an overflowed sum is not ranked). No
+    ``measure_name``: the view's first rankable measure; one the view lacks (or empty) is a 422 naming them.
+    One pane: the batch ranking and realtime set merged (``TOP``); several: every pane's, by the threshold
+    merge (``RANGE_TOP``), each key's parts folded with ``Measure.combine`` in the order the store merged them."""
+    span = span or Span([])
+    panes = len(span.panes)
+    if measure_name is None:  # the first measure it can rank by
+        measure_name = next((m.name for m in view.scalar_measures if panes <= 1 or m.combines in RANKS_OVER_PANES), "")
+    measure = _ranking(view, measure_name, panes)
+    merged: dict[str, Any]
+    if panes <= 1:
+        read = await store.top(view.name, measure.name, span.panes[0] if span.panes else None, n, measure.combines)
+        served = read.generation
+        merged = {key: measure.combine(read.batch.get(key), read.realtime.get(key))
+                  for key in read.batch.keys() | read.realtime.keys()}
+    else:
+        ranged = await store.top_range(view.name, measure.name, span.panes, n, measure.combines)
+        served = ranged.generation
+        merged = {key: functools.reduce(measure.combine, parts, None) for key, parts in ranged.parts.items()}
+    integral = await integral_measures(store, served.generation, view)
     ranked = sorted(((k, v) for k, v in merged.items() if not overflowed(v)), key=lambda kv: (-kv[1], kv[0]))[:n]
     return TopAnswer(
-        view=view.name, measure=measure.name, n=n,
-        window=WindowSpan(**span(starts[0], view.window.seconds)) if starts and view.window else None,
+        view=view.name, measure=measure.name, n=n, **spans(span),
         top=[TopEntry(key=k, value=_typed(measure.name, v, integral)) for k, v in ranked],
-        generation=read.generation.generation, version=read.generation.version, logic=read.generation.logic or None,
+        generation=served.generation, version=served.version, logic=served.logic or None,
     )

@@ -43,9 +43,12 @@ def _patient() -> dict[str, Any]:
             "health_check_interval": 30}
 
 
-def _fail_fast(retry_class: type[Retry] | type[AsyncRetry] = Retry) -> dict[str, Any]:
-    return {"retry": retry_class(ExponentialBackoff(cap=0.2, base=0.02), retries=2), "retry_on_error": _RETRY_ON,
-            "socket_connect_timeout": 1.0, "socket_timeout": 2.0}
+def _fail_fast(retry_class: type[Retry] | type[AsyncRetry] = Retry, *, timeouts: bool = True) -> dict[str, Any]:
+    """``timeouts``: a call that timed out is sent again (False: only one that could not be sent, on a
+    connection error; a timed-out script may still be running, and a retry would queue it a second time)."""
+    retry_on = _RETRY_ON if timeouts else [RedisConnectionError]  # (a Retry's own default retries timeouts too)
+    return {"retry": retry_class(ExponentialBackoff(cap=0.2, base=0.02), retries=2, supported_errors=tuple(retry_on)),
+            "retry_on_error": retry_on, "socket_connect_timeout": 1.0, "socket_timeout": 2.0}
 
 
 def is_cluster(url: str) -> bool:
@@ -147,18 +150,20 @@ def _hiredis_packing(base: type) -> type:
     return type(base.__name__, (_HiredisPacking, base), {"__doc__": base.__doc__})
 
 
-def async_redis_client(url: str, *, max_connections: int = 64) -> aioredis.Redis:
-    """The API's async client: fail fast (a read answers 503 rather than hang while Redis is away).
+def async_redis_client(url: str, *, max_connections: int = 64, retry_timeouts: bool = True) -> aioredis.Redis:
+    """The API's async client: fail fast (a read answers 503 rather than hang while Redis is away);
+    ``retry_timeouts=False``: a call that timed out is not sent again (for scripts of long work).
 
     On one Redis, its connections pack commands with hiredis (``_HiredisPacking``); a cluster client
     builds its nodes' connections itself, with redis-py's packer."""
     if is_cluster(url):
         nodes, auth = _cluster_nodes(url)
-        options = _fail_fast(AsyncRetry)
+        options = _fail_fast(AsyncRetry, timeouts=retry_timeouts)
         cluster = AsyncRedisCluster(startup_nodes=[AsyncClusterNode(h, p) for h, p in nodes],
                                     max_connections=max_connections, **auth, **options)
         return cluster  # type: ignore[return-value]
-    client = aioredis.Redis.from_url(url, max_connections=max_connections, **_fail_fast(AsyncRetry))
+    client = aioredis.Redis.from_url(url, max_connections=max_connections,
+                                     **_fail_fast(AsyncRetry, timeouts=retry_timeouts))
     pool = client.connection_pool  # its class follows the URL's scheme; no connection is made yet
     pool.connection_class = _hiredis_packing(pool.connection_class)  # type: ignore[arg-type]
     return client

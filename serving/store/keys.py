@@ -67,6 +67,7 @@ local function undo_tag_key(vp, sfx) return vp .. ':t' .. sfx end
 local function undo_copies_key(vp, sfx) return vp .. ':c' .. sfx end
 local function previous_key(vp, measure, field) return vp .. ':p:' .. measure .. ':' .. field end
 local function scratch_key(p) return p .. ':scratch' end
+local function top_seen_key(p, token) return p .. ':scratch:top:' .. token end
 """
 
 #: The Lua twins of the batch-run registry's names; ``P`` is ``Keys.batch_prefix`` (``lp:p:batch``).
@@ -260,6 +261,10 @@ class Keys:
     def scratch(self) -> str:
         """Scratch HyperLogLog of readers' scripts (never persisted)."""
         return f"{self.prefix}:scratch"
+
+    def top_seen(self, token: str) -> str:
+        """The keys a top-N over panes met so far, between its calls (``serving.store.range_top``; expires)."""
+        return f"{self.prefix}:scratch:top:{token}"
 
     def meta(self, generation: int) -> str:
         return f"{self.generation_prefix(generation)}:meta"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from serving.store.generation_meta import LUA_META
 from serving.store.keys import LUA_NAMES
+from serving.store.threshold import THRESHOLD
 
 # Every read states the version it is exact at: the generation, or the realtime segment's
 # ``processed``. A realtime row is a hash field in the batch row's layout (``speed_layer.segments``):
@@ -136,7 +137,8 @@ return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime,
 # threshold merge of a small segment reads as much, in more calls). Candidates for an exact top n, answered as
 # {generation, processed, meta, batch-only candidates (key, score...), candidates with a realtime
 # part (key, score...), their batch scores ('' = none)}:
-# * combine known: a threshold merge (Fagin's TA) of the batch ranking and the realtime sorted set,
+# * combine known: a threshold merge (Fagin's TA, ``serving.store.threshold``) of the batch ranking and the
+#   realtime sorted set,
 #   read in descending pages: every key read is scored exactly (both parts); it stops once n of
 #   them score strictly above what any key not yet read can reach (``bound``: a key not read has
 #   batch <= the last batch score read and realtime <= the last realtime score read, or lacks that
@@ -149,7 +151,7 @@ return {generation, processed, meta, layout, rows, realtimes, dbatch, drealtime,
 # batch's top n + R above is of finite scores.
 # The batch ranking is built on first use (``ServingStore._rank``); until then the answer is
 # {generation, 'unranked', layout}; a ranking just built may be absent only because it is empty.
-TOP = HEADER + """
+TOP = HEADER + THRESHOLD + """
 local measure, sfx, n, combine = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
 local bz, rz = scores_key(bp, measure, sfx), scores_key(sp, measure, sfx)
 if generation ~= ARGV[6] and redis.call('EXISTS', bz) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
@@ -177,16 +179,6 @@ if combine == '' or redis.call('ZCARD', rz) <= tonumber(ARGV[8]) then
   for t = 1, #realtime, 2 do under[#under + 1] = redis.call('ZSCORE', bz, realtime[t]) or '' end
   return {generation, processed, meta, top, realtime, under}
 end
-local NONE = -math.huge
-local function merged(b, r)
-  if b == nil then return r elseif r == nil then return b end
-  if combine == 'sum' then return b + r elseif combine == 'max' then return math.max(b, r) end
-  return math.min(b, r)
-end
-local function bound(b, r)  -- NONE: no key left in that list
-  if combine == 'sum' and b > NONE and r > NONE then return math.max(b, r, b + r) end
-  return math.max(b, r)
-end
 local seen, above = {}, {}
 local function see(key)
   if seen[key] then return end
@@ -200,7 +192,7 @@ local function see(key)
   else
     return
   end
-  local m = merged(b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
+  local m = merged(combine, b and tonumber(b) or nil, r ~= '' and tonumber(r) or nil)
   if m < math.huge then above[#above + 1] = m end  -- an overflowed value is no candidate for the n
 end
 for key in pairs(saved) do see(key) end
@@ -213,7 +205,7 @@ while true do
   lb = #bs < 2 * page and NONE or tonumber(bs[#bs])
   lr = #rs < 2 * page and NONE or tonumber(rs[#rs])
   if lb == NONE and lr == NONE then break end
-  local reach, count = bound(lb, lr), 0
+  local reach, count = bound(combine, {lb, lr}), 0
   for _, m in ipairs(above) do if m > reach then count = count + 1 end end
   if count >= n then break end
   at, page = at + page, math.min(page * 2, 4096)
@@ -234,34 +226,28 @@ redis.call('RENAME', KEYS[1], KEYS[2])
 return 1
 """
 
-# ARGV: prefix, view, key prefix, hi lex bound, limit, first window (1-based),
-# lo lex bound in the first window, lo lex bound in the others, n windows, (suffix)...
-# Candidates for a page of keys in order (window, key), from the first window on: per window, the
-# batch keys in [lo, hi] from the generation's key index (ZRANGEBYLEX: bytewise), at most as many as
-# still wanted, and every realtime key of the segment with the key prefix (the caller drops those at
-# or before its cursor: Lua's string order follows Redis's locale, so this script compares no strings).
-# It stops once it holds ``limit`` candidates. Each window answers {index, wanted, batch, realtime}.
-# A window whose rows exist but whose index does not yet answers {generation, 'unindexed', suffix}:
+# ARGV: prefix, view, key prefix, lo lex bound, hi lex bound, keys a pane, n panes, (suffix)...
+# Candidates for a page of keys in key order, every pane's rows combined per key: per pane, the first
+# batch keys in [lo, hi] from the generation's key index (ZRANGEBYLEX: bytewise; at most ``each``) and
+# every realtime key of the segment with the key prefix (the caller drops those at or before its cursor:
+# Lua's string order follows Redis's locale, so this script compares no strings). Each pane answers
+# {batch, realtime}, in the order asked; a pane that gave ``each`` batch keys may hold more after its last.
+# A pane whose rows exist but whose index does not yet answers {generation, 'unindexed', suffix}:
 # the index is built on first use (``ServingStore._index``), like the rankings.
 LIST = HEADER + """
-local kp, hi, limit, first = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local lo_first, lo_rest, ns = ARGV[7], ARGV[8], tonumber(ARGV[9])
-local windows, held = {}, 0
-for w = first, ns do
-  if held >= limit then break end
-  local sfx = ARGV[9 + w]
+local kp, lo, hi, each, ns = ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local panes = {}
+for w = 1, ns do
+  local sfx = ARGV[7 + w]
   local ik = index_key(bp, sfx)
   if redis.call('EXISTS', ik) == 0 and redis.call('EXISTS', rows_key(bp, sfx)) == 1 then
     return {generation, 'unindexed', sfx}
   end
-  local wanted = limit - held
-  local batch = redis.call('ZRANGEBYLEX', ik, w == first and lo_first or lo_rest, hi, 'LIMIT', 0, wanted)
   local realtime = {}
   for _, k in ipairs(redis.call('HKEYS', rows_key(sp, sfx))) do
     if kp == '' or string.sub(k, 1, #kp) == kp then realtime[#realtime + 1] = k end
   end
-  held = held + #batch + #realtime
-  windows[#windows + 1] = {w, wanted, batch, realtime}
+  panes[w] = {redis.call('ZRANGEBYLEX', ik, lo, hi, 'LIMIT', 0, each), realtime}
 end
-return {generation, processed, meta, windows}
+return {generation, processed, meta, panes}
 """

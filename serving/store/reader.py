@@ -24,9 +24,8 @@ that within a server's life.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -37,12 +36,26 @@ from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta, MetaHeader, integral_field
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import WINDOW_SEPARATOR, Keys, suffix
+from serving.store.range_top import DEFAULT_TOP_BUDGET, RANGE_TOP, bucket_range_top
 from serving.store.rankings import Rankings
 from serving.store.read_scripts import INSTALL_RANKING, LIST, READ, TOP
-from serving.store.reads import Generation, KeyListing, KeyRead, TopAsk, TopRead, WindowKeys
+from serving.store.reads import (
+    Generation,
+    KeyListing,
+    KeyRead,
+    PaneKeys,
+    RangeTopAsk,
+    RangeTopRead,
+    TopAsk,
+    TopRead,
+    definition_changed,
+    not_in_generation,
+)
 from serving.store.replies import text
+from serving.store.row_format import positions, where
 
-__all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "ServingStore", "TopRead", "WindowKeys"]
+__all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "PaneKeys", "RangeTopRead", "ServingStore",
+           "TopRead"]
 
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
 CLUSTER_IN_FLIGHT = 4
@@ -54,42 +67,15 @@ _CHECKED_REPLIES = 64
 _CONSISTENT_TRIES = 50
 
 
-@functools.lru_cache(maxsize=256)
-def _positions(layout: bytes) -> dict[str, int]:
-    """Measure name -> index in a batch row, from the generation's row layout of the view (JSON list)."""
-    return {name: i for i, name in enumerate(json.loads(layout))}
-
-
-@functools.lru_cache(maxsize=256)
-def _where(layout: bytes, measures: tuple[str, ...]) -> list[int | None]:
-    """Where each of ``measures`` is in a batch row of the layout ``layout`` (None: not in it)."""
-    positions = _positions(layout)
-    return [positions.get(m) for m in measures]
-
-
 def _num(value: bytes | str) -> float | None:
     return float(value) if value not in (b"", "") else None
-
-
-def _definition_changed(view: str, served: Generation) -> StoreUnavailableError:
-    return StoreUnavailableError(
-        f"view {view!r} is defined differently in the served batch generation {served.generation} (computed under "
-        f"logic {served.logic or 'unrecorded'}) than in the pipeline code this API runs: it is served once a batch "
-        "run under this code is (the scheduler starts one when it sees the change)", retry_after=30)
-
-
-def _not_in_generation(view: str, served: Generation) -> StoreUnavailableError:
-    """A view the served generation does not hold: one added to the pipeline since it was computed."""
-    return StoreUnavailableError(
-        f"view {view!r} is not in the served batch generation {served.generation} (computed under logic "
-        f"{served.logic or 'unrecorded'}, before the view was added): it is served once a batch run under the "
-        "current pipeline code is (the scheduler starts one when it sees the change)", retry_after=30)
 
 
 class ServingStore:
     """Async, atomic reads of one pipeline's views from Redis."""
 
-    def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None) -> None:
+    def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None, *,
+                 top_budget: int = DEFAULT_TOP_BUDGET) -> None:
         self.keys = store_keys(pipeline, url)
         #: Each view's definition (``repr``) in the code this API runs: a generation that recorded another one for
         #: a view is not read through this code (its windows or keys would be taken for others'). None: no check.
@@ -98,7 +84,12 @@ class ServingStore:
         self._client = async_redis_client(url)
         self._read = self._client.register_script(READ)
         self._top = self._client.register_script(TOP)
-        self._list = self._client.register_script(LIST)
+        #: Scripts whose call is never sent again on a timeout (it may still be running: a retry would queue it twice).
+        self._once = async_redis_client(url, retry_timeouts=False)
+        self._range_top = self._once.register_script(RANGE_TOP)
+        self._list = self._once.register_script(LIST)
+        #: Work one ``RANGE_TOP`` call does at most (``serving.store.range_top``).
+        self.top_budget = top_budget
         #: The highest version this process has answered at (see the module docstring).
         self._answered = -1
         #: Store calls in flight at most, on a cluster: redis-py's async cluster client (8.1) under more
@@ -117,6 +108,7 @@ class ServingStore:
 
     async def close(self) -> None:
         await self._client.aclose()
+        await self._once.aclose()
 
     def _unavailable(self, e: Exception) -> StoreUnavailableError:
         where = self._url.split("@")[-1]  # never echo a password
@@ -143,10 +135,10 @@ class ServingStore:
     def _check_view(self, view: str, generation: bytes | str, processed: bytes | str, header: MetaHeader) -> None:
         """Refused unless the generation a read met holds ``view`` as this API's code defines it."""
         if header.layout is None:
-            raise _not_in_generation(view, Generation.from_header(generation, processed, header))
+            raise not_in_generation(view, Generation.from_header(generation, processed, header))
         recorded = header.definition
         if recorded is not None and self.definitions is not None and text(recorded) != self.definitions.get(view):
-            raise _definition_changed(view, Generation.from_header(generation, processed, header))
+            raise definition_changed(view, Generation.from_header(generation, processed, header))
 
     def _served(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> Generation:
         """The generation a read of ``view`` met (its pointer, ``processed`` and HEADER's ``meta``), checked
@@ -224,13 +216,13 @@ class ServingStore:
         reply = await self._call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
         served = self._served(view, generation, processed, meta)
-        where = _where(layout, tuple(measures))
+        found = where(layout, tuple(measures))
 
         def batch_part(row: bytes) -> dict[str, float | None]:
             if not row:
                 return dict.fromkeys(measures)
             parts = json.loads(row)
-            return {m: None if i is None or parts[i] is None else float(parts[i]) for m, i in zip(measures, where)}
+            return {m: None if i is None or parts[i] is None else float(parts[i]) for m, i in zip(measures, found)}
 
         def counts(rows: list) -> list[dict[str, int]]:
             return [dict(zip(distinct, (int(c) for c in row))) if distinct else {} for row in rows]
@@ -247,25 +239,45 @@ class ServingStore:
         bucket, '' every realtime row)."""
         buckets = list(self.keys.all_buckets())
         ask = TopAsk(view, measure, window_start, n, combines)
-        for _ in range(_CONSISTENT_TRIES):
+
+        async def ask_all() -> list[list]:
             first = await self._pipelined(self._top, buckets, [ask.args(b) for b in buckets]) \
                 if len(buckets) > 1 else [None]
-            replies = await asyncio.gather(*(self._bucket_top(bucket, ask, reply)
-                                             for bucket, reply in zip(buckets, first)))
+            return await asyncio.gather(*(self._bucket_top(bucket, ask, reply) for bucket, reply in zip(buckets, first)))
+
+        replies = await self._consistent(view, ask_all)
+        return TopRead(self._served(view, *replies[0][:3]), *TopAsk.candidates(replies))
+
+    async def top_range(self, view: str, measure: str, window_starts: Sequence[int], n: int, combines: str) -> RangeTopRead:
+        """Candidates for the exact top ``n`` keys by ``measure`` over the panes ``window_starts``, with their part in
+        each pane's batch ranking and realtime set, from every bucket at one generation and version (``RANGE_TOP``,
+        ``serving.store.threshold``). ``combines``: 'sum', 'max' or 'min' (``Measure.combines``)."""
+        ask = RangeTopAsk(view, measure, tuple(window_starts), n, combines)
+        replies = await self._consistent(view, lambda: asyncio.gather(
+            *(self._bucket_range_top(bucket, ask) for bucket in self.keys.all_buckets())))
+        parts: dict[str, list[float | None]] = {}
+        for reply in replies:
+            parts.update(ask.candidates(reply[3]))
+        return RangeTopRead(self._served(view, *replies[0][:3]), parts)
+
+    async def _consistent(self, view: str, ask_all: Callable[[], Awaitable[list]]) -> list[list]:
+        """Every bucket's reply, asked again until they all name one generation and realtime version."""
+        for _ in range(_CONSISTENT_TRIES):
+            replies = await ask_all()
             if len({(reply[0], reply[1]) for reply in replies}) == 1:
-                break
+                return replies
             await asyncio.sleep(0.005)
-        else:
-            raise StoreUnavailableError(f"the buckets of {view!r} kept answering at different versions (flips or "
-                                        "micro-batch commits in between); ask again", retry_after=1)
-        batch: dict[str, float] = {}
-        rt: dict[str, float] = {}
-        for _, _, _, top, realtime, under in replies:
-            batch.update({top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)})
-            members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
-            batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
-            rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
-        return TopRead(self._served(view, *replies[0][:3]), batch, rt)
+        raise StoreUnavailableError(f"the buckets of {view!r} kept answering at different versions (flips or "
+                                    "micro-batch commits in between); ask again", retry_after=1)
+
+    async def _bucket_range_top(self, bucket: Keys, ask: RangeTopAsk) -> list:
+        """One bucket's ``RANGE_TOP`` answer, in calls of bounded work (``serving.store.range_top``)."""
+        async def build(generation: int, start: int, layout: bytes) -> None:
+            await self._rankings.by_measure(bucket, generation, ask.view, ask.measure, start,
+                                            positions(layout).get(ask.measure))
+
+        return await bucket_range_top(lambda args: self._call(self._range_top, bucket, args), build, ask,
+                                      lambda *rest: ask.args(bucket, *rest), self.top_budget)
 
     async def _pipelined(self, script: AsyncScript, buckets: Sequence[Keys], args: Sequence[list]) -> list[list]:
         """``script`` on every bucket, each with its ``args``, in one pipeline: one round trip per master on
@@ -303,23 +315,22 @@ class ServingStore:
                 return reply
             ranked = reply[0].decode()
             await self._rankings.by_measure(bucket, int(ranked), ask.view, ask.measure, ask.window_start,
-                                            _positions(reply[2]).get(ask.measure))
+                                            positions(reply[2]).get(ask.measure))
             reply = None
         raise StoreUnavailableError(
             f"the batch generation of {ask.view!r} kept changing while its ranking was built; ask again")
 
-    async def list_keys(self, bucket: Keys, view: str, windows: Sequence[str], first: int,
-                        bounds: tuple[bytes, bytes, bytes], prefix: bytes, limit: int) -> KeyListing:
-        """One bucket's candidates for a page of ``view``'s keys, in order (window, key), from window
-        ``first`` (an index into the window suffixes ``windows``) on, with the generation and realtime
-        version they are at (``LIST`` in ``serving.store.read_scripts``). ``bounds``: the lexicographic
-        range (ZRANGEBYLEX) in the first window, in the others, and its upper end; ``prefix``: the
-        realtime keys kept. Builds the generation's key index of a window on first use."""
-        lo_first, lo_rest, hi = bounds
-        args = [bucket.prefix, view, prefix, hi, limit, first + 1, lo_first, lo_rest, len(windows), *windows]
-        # Each call may meet one window not yet indexed (built, then asked again); a flip between indexing
+    async def list_keys(self, bucket: Keys, view: str, panes: Sequence[str], bounds: tuple[bytes, bytes],
+                        prefix: bytes, each: int) -> KeyListing:
+        """One bucket's candidates for a page of ``view``'s keys in key order, the panes ``panes`` (window
+        suffixes) combined: per pane its first ``each`` batch keys in the lexicographic range ``bounds``
+        (ZRANGEBYLEX) and its realtime keys with ``prefix``, with the generation and realtime version they are
+        at (``LIST`` in ``serving.store.read_scripts``). Builds the generation's key index of a pane on first use."""
+        lo, hi = bounds
+        args = [bucket.prefix, view, prefix, lo, hi, each, len(panes), *panes]
+        # Each call may meet one pane not yet indexed (built, then asked again); a flip between indexing
         # and listing asks for the new generation's index.
-        for _ in range(len(windows) - first + 3):
+        for _ in range(len(panes) + 3):
             reply = await self._call(self._list, bucket, args)
             if len(reply) == 3 and reply[1] == b"unindexed":
                 sfx = reply[2].decode()
@@ -328,7 +339,7 @@ class ServingStore:
                 await self._rankings.key_index(bucket, generation, view, window_start)
                 continue
             generation, processed, meta, found = reply
-            return KeyListing(self._served(view, generation, processed, meta),
-                              [WindowKeys(int(w) - 1, int(wanted), batch, realtime) for w, wanted, batch, realtime in found])
+            return KeyListing(self._served(view, generation, processed, meta), each,
+                              [PaneKeys(batch, realtime) for batch, realtime in found])
         raise StoreUnavailableError(
             f"the batch generation of {view!r} kept changing while its key index was built; ask again", retry_after=1)

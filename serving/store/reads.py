@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from serving.store.errors import StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta, MetaHeader
 from serving.store.keys import Keys, suffix
 from serving.store.replies import text
@@ -51,6 +52,21 @@ class Generation:
                    dict(meta.rows), meta.logic)
 
 
+def definition_changed(view: str, served: Generation) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"view {view!r} is defined differently in the served batch generation {served.generation} (computed under "
+        f"logic {served.logic or 'unrecorded'}) than in the pipeline code this API runs: it is served once a batch "
+        "run under this code is (the scheduler starts one when it sees the change)", retry_after=30)
+
+
+def not_in_generation(view: str, served: Generation) -> StoreUnavailableError:
+    """A view the served generation does not hold: one added to the pipeline since it was computed."""
+    return StoreUnavailableError(
+        f"view {view!r} is not in the served batch generation {served.generation} (computed under logic "
+        f"{served.logic or 'unrecorded'}, before the view was added): it is served once a batch run under the "
+        "current pipeline code is (the scheduler starts one when it sees the change)", retry_after=30)
+
+
 @dataclass(frozen=True)
 class KeyRead:
     """Raw parts of one read, per item (key in a window): batch and realtime scalars and distinct counts."""
@@ -72,21 +88,41 @@ class TopRead:
 
 
 @dataclass(frozen=True)
-class WindowKeys:
-    """One window's candidates in a key listing (``ServingStore.list_keys``): its index in the windows
-    asked for, how many batch keys were asked (as many came back: there may be more), the batch keys
-    and every realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
+class RangeTopRead:
+    """Candidates of a top-N over several panes: per key, its part in each ranked list, pane by pane
+    (batch, then realtime; None: no part), in the order ``RANGE_TOP`` merged them."""
 
-    index: int
-    wanted: int
+    generation: Generation
+    parts: dict[str, list[float | None]]
+
+
+@dataclass(frozen=True)
+class PaneKeys:
+    """One pane's candidates in a key listing (``ServingStore.list_keys``): its first batch keys after the
+    listing's lower bound (at most the listing's ``each``: when as many came back there may be more) and every
+    realtime key with the prefix (keys are bytes: their order is Redis's, bytewise)."""
+
     batch: list[bytes]
     realtime: list[bytes]
 
 
 @dataclass(frozen=True)
 class KeyListing:
+    """One bucket's candidates for a page of keys, every pane asked, at the version ``generation`` names."""
+
     generation: Generation
-    windows: list[WindowKeys]
+    each: int
+    panes: list[PaneKeys]
+
+    def listed(self) -> set[bytes]:
+        """Every key some pane listed."""
+        return {k for pane in self.panes for k in (*pane.batch, *pane.realtime)}
+
+    def complete_to(self) -> bytes | None:
+        """The key up to which (inclusive) these are all the bucket's keys in the bound (None: all of them):
+        the least last key of the panes that gave ``each`` batch keys (each may hold more after it)."""
+        full = [pane.batch[-1] for pane in self.panes if pane.batch and len(pane.batch) >= self.each]
+        return min(full) if full else None
 
 
 @dataclass(frozen=True)
@@ -102,3 +138,45 @@ class TopAsk:
     def args(self, bucket: Keys, ranked: str = "") -> list:
         return [bucket.prefix, self.view, self.measure, suffix(self.window_start), self.n, ranked, self.combines,
                 SMALL_SEGMENT]
+
+    @staticmethod
+    def candidates(replies: list[list]) -> tuple[dict[str, float], dict[str, float]]:
+        """The buckets' candidates (``TOP`` replies): batch parts and realtime parts, by key."""
+        batch: dict[str, float] = {}
+        rt: dict[str, float] = {}
+        for _, _, _, top, realtime, under in replies:
+            batch.update({top[i].decode(): float(top[i + 1]) for i in range(0, len(top), 2)})
+            members = [realtime[i].decode() for i in range(0, len(realtime), 2)]
+            batch.update({m: float(s) for m, s in zip(members, under) if s not in (b"", "")})
+            rt.update({members[i // 2]: float(realtime[i + 1]) for i in range(0, len(realtime), 2)})
+        return batch, rt
+
+
+@dataclass(frozen=True)
+class RangeTopAsk:
+    """What a top-N over several panes asks each bucket (``RANGE_TOP`` in ``serving.store.read_scripts``)."""
+
+    view: str
+    measure: str
+    window_starts: tuple[int, ...]
+    n: int
+    combines: str
+
+    def args(self, bucket: Keys, ranked: str, built: frozenset[int], budget: int, state: bytes | str,
+             token: str) -> list:
+        """The call's arguments; ``built``: the panes whose ranking was just built for generation ``ranked``;
+        ``budget``: the call's work at most; ``state``: where the last call stopped ('' = start); ``token``: the
+        answer's own name for its scratch key."""
+        if self.n < 1:
+            raise ValueError(f"a top-N asks for at least one key, not n={self.n}")
+        panes: list = []
+        for start in self.window_starts:
+            panes += [suffix(start), "1" if start in built else ""]
+        return [bucket.prefix, self.view, self.measure, self.n, self.combines, ranked, len(self.window_starts), *panes,
+                budget, state, token]
+
+    def candidates(self, flat: list) -> dict[str, list[float | None]]:
+        """A bucket's candidates (key, then a part per list, '' = none) by key."""
+        width = 1 + 2 * len(self.window_starts)
+        return {flat[i].decode(): [float(v) if v not in (b"", "") else None for v in flat[i + 1:i + width]]
+                for i in range(0, len(flat), width)}

@@ -6,10 +6,12 @@
 const KEY_STORE = "lambda.console.apiKey";
 const POLL_MS = 2000;
 const HISTORY_MS = 5 * 60 * 1000; // the live charts show the last five minutes
+const LIVE_TOP_MS = 3000; // a sliding view's top-N of the window ending now is asked again this often
 const BASE = location.pathname.replace(/\/console\/?$/, "");
 const history = {}; // pipeline -> [{t, lag, versions}]
 const ingestSamples = []; // [{t, total}] of lambda_events_ingested_total
 let timer = null;
+let liveTimer = null; // the next refresh of a sliding view's live top-N
 
 // ---- DOM -----------------------------------------------------------------------------------------
 function h(tag, attrs, ...children) {
@@ -43,6 +45,24 @@ function when(iso) {
   if (!iso) return "–";
   const d = new Date(iso);
   return isNaN(d) ? iso : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+function duration(seconds) {
+  // 300 -> "5 m", 3600 -> "1 h", 5400 -> "1 h 30 m"
+  const parts = [];
+  let left = seconds;
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+    if (left >= size) { parts.push(`${Math.floor(left / size)} ${unit}`); left %= size; }
+  }
+  return parts.join(" ") || "0 s";
+}
+
+function windowKind(view) {
+  // How a view's windows are laid out, from GET /v1/views: all time, tumbling or sliding (size every slide).
+  const text = !view.window_seconds ? "all time"
+    : view.slide_seconds ? `sliding ${duration(view.window_seconds)} every ${duration(view.slide_seconds)}`
+    : `tumbling ${duration(view.window_seconds)}`;
+  return h("span", { "data-field": "window", "data-value": text }, text);
 }
 
 function problem(err) {
@@ -211,7 +231,7 @@ async function overview(main) {
       h("table", {}, h("thead", {}, h("tr", {}, ["view", "keys", "window", "measures", "rows", "state"].map(c => h("th", {}, c)))),
         h("tbody", {}, views.views.map(v => h("tr", { "data-view": v.name },
           h("td", {}, h("a", { href: `#/pipelines/${enc(p.name)}/views/${enc(v.name)}` }, v.name)),
-          h("td", {}, v.keys.join(", ")), h("td", {}, v.window_seconds ? `${v.window_seconds} s` : "all time"),
+          h("td", {}, v.keys.join(", ")), h("td", {}, windowKind(v)),
           h("td", {}, v.measures.map(m => m.name).join(", ")), h("td", {}, num("rows", v.rows)),
           h("td", {}, v.pending ? h("span", { class: "badge warn" }, "pending") : v.generation === null ? "not served" : "served")))))));
   }
@@ -235,13 +255,13 @@ async function viewPage(main, pipelineName, viewName, params) {
     h("dl", { class: "facts" }, h("dt", {}, "keys"), h("dd", {}, view.keys.join(", ")),
       h("dt", {}, "measures"), h("dd", {}, view.measures.map(m => `${m.name} (${m.kind}${m.column ? " of " + m.column : ""})`).join(", ")),
       h("dt", {}, "derived"), h("dd", {}, view.derived.join(", ") || "–"),
-      h("dt", {}, "window"), h("dd", {}, view.window_seconds ? `tumbling, ${view.window_seconds} s` : "all time"),
+      h("dt", {}, "window"), h("dd", {}, windowKind(view)),
       h("dt", {}, "rows served"), h("dd", {}, num("rows", view.rows)),
       h("dt", {}, "generation"), h("dd", {}, num("generation", view.generation)),
       h("dt", {}, "exact through version"), h("dd", {}, num("version", view.version))));
 
   const windowed = Boolean(view.window_seconds), ranged = Boolean(params.from && params.to);
-  const needRange = what => h("p", { class: "muted hint" }, `This view is windowed (${view.window_seconds} s windows): give a range above to ${what}.`);
+  const needRange = what => h("p", { class: "muted hint" }, `This view is windowed (${windowKind(view).textContent}): give a range above to ${what}.`);
   const rangeCard = windowed ? h("section", { class: "card", id: "range" }, h("h2", {}, "Range"),
     form("range-form", v => go({ from: v.from, to: v.to, window_start: "", cursor: "" }),
       field("from", "from ", params.from, { placeholder: "2024-03-01T09:00:00Z or epoch s" }),
@@ -253,7 +273,9 @@ async function viewPage(main, pipelineName, viewName, params) {
       h("label", {}, "by ", h("select", { name: "measure" }, measures.map(m => h("option", { value: m, selected: m === measure }, m)))),
       field("n", "n ", params.n || 10, { type: "number", min: 1, max: 1000 }),
       view.window_seconds ? field("window_start", "window start ", params.window_start, { placeholder: "2024-03-01T09:00:00Z" }) : null));
-  const cards = [definition, rangeCard, topCard].filter(Boolean);
+  const liveCard = view.slide_seconds ? h("section", { class: "card", id: "live-top" }, h("h2", {}, "Top keys, window ending now"),
+    h("div", { class: "live" }), h("p", { class: "muted small" }, `Asked again every ${LIVE_TOP_MS / 1000} s.`)) : null;
+  const cards = [definition, rangeCard, liveCard, topCard].filter(Boolean);
   const windowStart = params.window_start || params.from;
   if (windowed && !windowStart) topCard.append(needRange("rank keys in a window"));
   else try {
@@ -283,6 +305,24 @@ async function viewPage(main, pipelineName, viewName, params) {
       page.next_cursor ? h("button", { id: "keys-next", onclick: () => go({ cursor: page.next_cursor }) }, "next page") : h("p", { class: "muted" }, "last page"));
   } catch (err) { keysCard.append(problem(err)); }
   main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "overview"), " / ", p.name, " / ", view.name), ...cards);
+  if (liveCard) await liveTop(liveCard, base, measure, params.n || 10);
+}
+
+async function liveTop(card, base, measure, n) {
+  // The top-N of the sliding window ending now as a bar chart, asked again every LIVE_TOP_MS while the card is shown.
+  clearTimeout(liveTimer);
+  let shown;
+  try {
+    const top = await api(`${base}/top` + query({ n, measure, window_end: "now" }));
+    shown = [h("p", { class: "muted" }, "window ", h("span", { "data-field": "live.window_start", "data-value": top.window.start }, when(top.window.start)),
+      " to ", h("span", { "data-field": "live.window_end", "data-value": top.window.end }, when(top.window.end)),
+      " · exact for version ", num("live.version", top.version)),
+      top.top.length ? barChart(top.top, { field: "live-top", label: `top ${top.n} by ${top.measure}, window ending now` }) : h("p", { class: "muted" }, "no keys in this window")];
+  } catch (err) { shown = [problem(err)]; }
+  if (!card.isConnected) return;
+  card.querySelector(".live").replaceChildren(...shown);
+  card.dataset.refreshes = String(Number(card.dataset.refreshes || 0) + 1);
+  liveTimer = setTimeout(() => liveTop(card, base, measure, n), LIVE_TOP_MS);
 }
 
 async function keyDetails(card, base, params, measures, measure, view) {
@@ -375,6 +415,7 @@ function route() {
 
 async function show() {
   clearTimeout(timer);
+  clearTimeout(liveTimer);
   const main = document.getElementById("main");
   const page = route();
   document.body.dataset.page = page.name;

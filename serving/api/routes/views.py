@@ -8,18 +8,18 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 
-from serving.api import key_pages, queries
+from serving.api import key_pages, queries, windows
 from serving.api.auth import require
 from serving.api.deps import PipelineDep, StoreDep
-from serving.api.errors import NotFoundError
+from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.key_export import CSV, NDJSON, export, export_format
 from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
-from serving.api.times import QueryTime
+from serving.api.times import QueryDuration, QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.event_values import clip
 from shared_logic.pipeline import Pipeline
-from shared_logic.views import View
+from shared_logic.views import SlidingWindow, View
 
 #: Every route reads (scope ``read``, see ``serving.api.auth``). The routes are lean
 #: (``serving.api.lean_route``): documented and validated as FastAPI derives them from the declarations
@@ -31,10 +31,26 @@ router = APIRouter(
 )
 
 ViewName = Annotated[str, Path(description="View name, as listed by GET /v1/views.")]
-_TIME = ("ISO 8601 (`2024-03-01T09:00:00Z`; no offset means UTC) or epoch seconds (`1709283600`, at most 6 "
-         "decimals; never milliseconds), from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z; the windows it "
+_TIME = ("ISO 8601 (`2024-03-01T09:00:00Z`; no offset means UTC), epoch seconds (`1709283600`, at most 6 decimals; "
+         "never milliseconds) or relative to now (`now`, `-1h`, `now-15m`, `-1h30m`; units s, m, h, d, w: resolved "
+         "once per request, echoed as `now`), from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z; the panes it "
          "addresses must lie in that range too.")
-WindowStart = Annotated[QueryTime, Query(description=f"Windowed views: a time inside the window wanted. {_TIME}")]
+WindowStart = Annotated[QueryTime, Query(description="Windowed views: the window whose first pane holds this time "
+                                                     f"(a tumbling view: the window holding it). {_TIME}")]
+WindowEnd = Annotated[QueryTime, Query(description="Windowed views: the window ending at the first pane boundary at "
+                                                   "or after this time (its last pane holds the instant before it); "
+                                                   f"`window_end=now`: the window ending now. {_TIME}")]
+RangeStart = Annotated[QueryTime, Query(alias="from", description="Windowed views: range start (inclusive): every "
+                                                                  f"pane overlapping from/to, whole. {_TIME}")]
+RangeEnd = Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive); left out: now. {_TIME}")]
+Last = Annotated[QueryDuration, Query(description="Windowed views: the range from now minus this duration to now "
+                                                  "(`15m`, `1h`, `1h30m`; units s, m, h, d, w).")]
+def _span(request: Request, view: View, asked: windows.TimeParams, *, top: bool = False) -> windows.Span:
+    """The panes of ``view`` the request addresses, its relative times resolved against one clock reading."""
+    settings = request.app.state.settings
+    bound, name = ((settings.max_top_panes, "LAMBDA_MAX_TOP_PANES") if top
+                   else (settings.max_range_panes, "LAMBDA_MAX_RANGE_PANES"))
+    return windows.resolve(view, asked, request.app.state.clock, bound, name)
 
 
 def _view(pipeline: Pipeline, name: str) -> View:
@@ -58,6 +74,7 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
             measures=[MeasureInfo(name=m.name, kind=m.kind, column=m.column) for m in view.measures],
             derived=[d.name for d in view.derived],
             window_seconds=view.window.seconds if view.window else None,
+            slide_seconds=view.window.pane_seconds if isinstance(view.window, SlidingWindow) else None,
             generation=served.generation if served else None,
             version=served.version if served else None,
             computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)
@@ -103,13 +120,18 @@ async def list_keys(
                                  description="Only keys starting with this (the key as the key route takes it: "
                                              "several key columns joined with '|', '|' and '\\' escaped with '\\').")] = "",
     window_start: WindowStart = None,
-    start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
-    end: Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive). {_TIME}")] = None,
+    window_end: WindowEnd = None,
+    start: RangeStart = None,
+    end: RangeEnd = None,
+    last: Last = None,
 ) -> KeyPage | Response:
-    """The view's rows with their merged values (batch + realtime, the key route's values), ordered by
-    window (oldest first), then by key (the encoded key, bytewise as UTF-8, i.e. by code point).
-    Windowed views need `window_start` (one window) or `from`/`to` (its windows), and list one row per
-    (key, window) holding a value, with the window.
+    """The view's keys with their merged values (batch + realtime, the key route's values), ordered by key
+    (the encoded key, bytewise as UTF-8, i.e. by code point). Windowed views need `window_start` or
+    `window_end` (one window: a sliding view's is several panes), or `from`/`to` or `last` (the panes a
+    range overlaps, whole; relative times as on the key route), and list ONE row per key holding a value
+    in any of them: its panes' batch and realtime parts combined with each measure's monoid (distinct
+    counts united), exactly what the key route answers for the same parameters; `window` on a row is the
+    span its panes cover. The page echoes `window`, `range`, `covered` and `now` as the key route does.
 
     **Filters**: `prefix=`, and one query parameter per key column of the view, its value
     (`origin=JFK`; a filter on the first key column narrows the read in Redis, on later ones rows are
@@ -134,12 +156,17 @@ async def list_keys(
     with the same guarantee; each page is at one version, the whole is not one snapshot.
     """
     chosen = _view(pipeline, view)
-    starts = queries.window_starts(chosen, window_start, start, end)
-    listing = key_pages.Listing(chosen, starts, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()))
+    asked = windows.TimeParams(window_start, window_end, start, end, last)
+    span = _span(request, chosen, asked)
+    listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()),
+                                relative=repr(asked) if asked.relative else "")
     media = export_format(request.headers.get("accept"))
     if media is not None:
         return await export(store, listing, cursor, media)
-    return await key_pages.page_answer(store, listing, cursor, limit)
+    answer = await key_pages.page_answer(store, listing, cursor, limit)
+    for name, echoed in queries.spans(span).items():
+        setattr(answer, name, echoed)
+    return answer
 
 
 @router.get(
@@ -148,29 +175,39 @@ async def list_keys(
     summary="Measures of one key (batch + realtime, exact)",
 )
 async def get_key(
+    request: Request,
     pipeline: PipelineDep,
     store: StoreDep,
     view: ViewName,
     key: Annotated[str, Path(max_length=queries.MAX_KEY_CHARS,
                              description="Key value, URL-encoded ('/' allowed); several key columns are joined with '|'.")],
     window_start: WindowStart = None,
-    start: Annotated[QueryTime, Query(alias="from", description=f"Windowed views: range start (inclusive). {_TIME}")] = None,
-    end: Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive). {_TIME}")] = None,
+    window_end: WindowEnd = None,
+    start: RangeStart = None,
+    end: RangeEnd = None,
+    last: Last = None,
     explain: Annotated[bool, Query(description="Add the batch part, the realtime part and their versions.")] = False,
 ) -> KeyAnswer:
     """The measures of ``key``: the served batch generation combined with its realtime segment, exact
-    as of ``version``. All-time views need no parameters; windowed views take ``window_start`` (one
-    window) or ``from``/``to`` (the windows in the range, combined, plus each window's own values).
+    as of ``version``. All-time views need no parameters; windowed views take ``window_start`` or
+    ``window_end`` (one window: a sliding view's combines its panes), ``from``/``to`` or ``last`` (the panes
+    in the range, combined), and answer each pane's own values too (``windows``).
+
+    A query combines at most `LAMBDA_MAX_RANGE_PANES` panes (default 2000; a top-N over several panes:
+    `LAMBDA_MAX_TOP_PANES`, default 288, and n x panes at most `LAMBDA_MAX_TOP_CELLS`, default 28800); more panes,
+    `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
+    parameter and the fix.
     """
-    return await queries.key_answer(
-        store, _view(pipeline, view), key, window_start=window_start, start=start, end=end, explain=explain
-    )
+    chosen = _view(pipeline, view)
+    span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
+    return await queries.key_answer(store, chosen, key, span, explain=explain)
 
 
 @router.get("/{view}/top", response_model=TopAnswer, response_model_exclude_none=True,
             responses=error_responses(404, 422, 503),
-            summary="Top keys by a measure (exact)")
+            summary="Top keys by a measure (exact; one window or any range of panes)")
 async def get_top(
+    request: Request,
     pipeline: PipelineDep,
     store: StoreDep,
     view: ViewName,
@@ -178,6 +215,27 @@ async def get_top(
     measure: Annotated[str | None, Query(description="Measure to rank by (default: the view's first scalar measure); "
                                                      "one the view does not have, or an empty one, is a 422 naming them.")] = None,
     window_start: WindowStart = None,
+    window_end: WindowEnd = None,
+    start: RangeStart = None,
+    end: RangeEnd = None,
+    last: Last = None,
 ) -> TopAnswer:
-    """The ``n`` keys with the highest merged value of ``measure`` (windowed views: in one window)."""
-    return await queries.top_answer(store, _view(pipeline, view), measure, n, window_start)
+    """The ``n`` keys with the highest merged value of ``measure``, exact: over all time, one window
+    (``window_start`` / ``window_end``; a sliding view's combines its panes), or a range (``from``/``to``,
+    ``last``: the panes it overlaps, combined). Over several panes a key's value is the monoid combine of
+    its batch and realtime parts in every pane, ranked by a threshold merge of the panes' rankings; count,
+    sum, min and max rank so (an average is derived, not a monoid: rank by its sum or count; a distinct
+    count is never ranked; either is a 422 saying so).
+
+    A query combines at most `LAMBDA_MAX_RANGE_PANES` panes (default 2000; a top-N over several panes:
+    `LAMBDA_MAX_TOP_PANES`, default 288, and n x panes at most `LAMBDA_MAX_TOP_CELLS`, default 28800); more panes,
+    `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
+    parameter and the fix.
+    """
+    chosen = _view(pipeline, view)
+    span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
+    cells = request.app.state.settings.max_top_cells
+    if len(span.panes) > 1 and n * len(span.panes) > cells:
+        raise BadQueryError(f"n={n} over {len(span.panes)} panes is {n * len(span.panes)} key-panes to rank, more than "
+                            f"LAMBDA_MAX_TOP_CELLS={cells}: ask a smaller n or a shorter range (from/to, last)")
+    return await queries.top_answer(store, chosen, measure, n, span)

@@ -2,15 +2,16 @@
 
 A word-count module of the user's, v1 (words as written; views ``word_counts`` and
 ``first_letters``), runs under `up` with events posted over HTTP. `up` is stopped, the module is
-replaced by v2 (words lower-cased; ``word_counts`` and a new ``word_lengths``; no
-``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
+replaced by v2 (words lower-cased; ``word_counts``, a new ``word_lengths`` and a new sliding view
+``words_last_hour``; no ``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
 platform (`up`, the API, the speed layer, the scheduler, Redis) is killed with SIGKILL, and `up`
 starts once more. Nobody runs a batch recompute by hand (the schedule is an hour).
 
 A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
 dataset's events at the version an answer names (read from the Delta table by ``tests.oracle``):
 every answer must equal v1's oracle or v2's, as its ``logic`` says. At the end every key of every
-v2 view equals v2's oracle, ``first_letters`` is gone, and the served logic is v2's.
+v2 view equals v2's oracle (the sliding view's window ending now: its panes combined), ``first_letters`` is
+gone, and the served logic is v2's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -67,12 +69,18 @@ class MyWords(Pipeline):
 pipeline = MyWords()
 '''
 V2_SOURCE = _HEAD + '''
+from datetime import timedelta
+
+from shared_logic.views import SlidingWindow
+
 
 class MyWords(Pipeline):
     name = "mywords"
     event_model = Line
     views = (View("word_counts", keys=("word",), measures=(Count(),)),
-             View("word_lengths", keys=("length",), measures=(Count(),)))
+             View("word_lengths", keys=("length",), measures=(Count(),)),
+             View("words_last_hour", keys=("word",), measures=(Count(),),
+                  window=SlidingWindow(timedelta(hours=1), timedelta(minutes=5))))
 
     def transform(self, events):
         found = events.select(F.explode(F.split(F.lower(F.col("text")), r"\\s+")).alias("word"), "event_time")
@@ -206,6 +214,7 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
             got = {entry["key"]: entry["value"]["count"] for entry in listed["keys"]}
             assert got == dict(counts), view
         assert http.get("/v1/views/first_letters/keys/A").status_code == 404
+        _sliding_view_is_exact(http, master)
         platform.stop()
     finally:
         stop.set()
@@ -223,6 +232,17 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         want = expected(texts[version], lowered=logic == v2)[view].get(key, 0)
         assert value == want, f"{view}/{key} at version {version} under {'v2' if logic == v2 else 'v1'}: {value}, " \
                               f"oracle {want}"
+
+
+def _sliding_view_is_exact(http: httpx.Client, master: Path) -> None:
+    """v2's sliding view under `up`: the top words of the window ending now (its twelve panes combined, batch and
+    realtime parts) are the lower-cased words of the events whose time lies in that window."""
+    top = http.get("/v1/views/words_last_hour/top", params={"window_end": "now", "n": 100}).json()
+    start, end = (datetime.fromisoformat(top["window"][k].replace("Z", "+00:00")) for k in ("start", "end"))
+    assert top["now"] and end - start == timedelta(hours=1), top
+    texts = [e["text"] for e in oracle.read_events(master, top["version"]) if start <= oracle.as_utc(e["event_time"]) < end]
+    want = Counter(w for t in texts for w in oracle.words(t.lower()))
+    assert want and {e["key"]: e["value"] for e in top["top"]} == dict(want), top
 
 
 def _latest(master: Path) -> int:

@@ -6,17 +6,23 @@ browser (driven through chromedriver, kept off the network: every host but 127.0
 nothing) and the numbers it shows (each element carries its number raw in ``data-value``) are
 compared with the API's own answers and with a pandas oracle over the events. Screenshots go to
 ``test-artifacts/console/`` (``LAMBDA_TEST_ARTIFACTS`` moves it).
+
+A sliding view (``tests.support.trending_pipeline``, plays in the last minutes of the real clock) shows its
+window kind and the top-N of the window ending now as a bar chart that asks again by itself: after a new
+generation is published the chart shows it, equal to the API's top-N of the window it names at its version.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pandas as pd
 import pytest
 
 from batch_layer.recompute.job import run_batch
@@ -27,6 +33,24 @@ from tests.support.browser import field, load, raw, values
 from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 
 ADMIN = "console-admin-key"
+TRENDING = "tests.support.trending_pipeline"
+
+
+def window_kind(view: dict[str, Any]) -> str:
+    """How the console names a view's windows, from GET /v1/views (written out here, not taken from the page)."""
+    def spoken(seconds: int) -> str:
+        parts, left = [], seconds
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+            if left >= size:
+                parts.append(f"{left // size} {unit}")
+                left %= size
+        return " ".join(parts)
+
+    if view["window_seconds"] is None:
+        return "all time"
+    if view["slide_seconds"] is None:
+        return f"tumbling {spoken(view['window_seconds'])}"
+    return f"sliding {spoken(view['window_seconds'])} every {spoken(view['slide_seconds'])}"
 
 
 @pytest.fixture
@@ -64,6 +88,8 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
         for view in listing["views"]:
             shown = values(browser, f"{card} tr[data-view='{view['name']}'] [data-field='rows']")
             assert shown == [str(view["rows"])]
+            assert values(browser, f"{card} tr[data-view='{view['name']}'] [data-field='window']") == [window_kind(view)]
+        assert {v["name"]: window_kind(v) for v in listing["views"]} == {ALL: "all time", HOURLY: "tumbling 1 h"}
         assert values(browser, f"{card} tr[data-view='{ALL}'] [data-field='rows']") == [str(len(oracle(served["first"])))]
         wait_for(lambda: len(browser.find_elements("css selector", f"{card} svg[data-chart='lag'] circle")) >= 2,
                  "two points on the live lag chart", 30)
@@ -132,3 +158,54 @@ def test_console_files_are_served_with_a_strict_policy(api: Callable[..., Any]) 
         assert missing.status_code == 404 and "console.css" in missing.json()["detail"]
         assert client.get("/console/..%2Fconsole.py").status_code == 404
         assert "/console" not in client.get("/openapi.json").json()["paths"]
+
+
+def _plays(rng: random.Random, now: float, n: int, within: int, songs: list[str]) -> list[dict[str, Any]]:
+    return [{"song": rng.choice(songs), "seconds": rng.randint(1, 300), "listener": f"user-{rng.randrange(20)}",
+             "event_time": str(int(now) - rng.randrange(within))} for _ in range(n)]
+
+
+def _live_chart(browser: Any) -> tuple[str, int, list[tuple[str, int]]]:
+    """The live card's window end, version and bars (key, value), as the page carries them."""
+    bars = browser.find_elements("css selector", "#live-top svg[data-chart='live-top'] g[data-key]")
+    return (field(browser, "live.window_end", "#live-top"), int(field(browser, "live.version", "#live-top")),
+            [(b.get_attribute("data-key"), int(b.get_attribute("data-value"))) for b in bars])
+
+
+@pytest.mark.slow
+def test_a_sliding_view_shows_its_kind_and_a_live_top_of_the_window_ending_now(
+        browser: Any, spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,
+        artifacts: Path) -> None:
+    settings = make_settings(pipeline=TRENDING)
+    rng = random.Random(5)
+    songs = [f"song-{i}" for i in range(12)]
+    events = _plays(rng, time.time(), 150, 600, songs)
+    ingest_file(settings, events, tmp_path / "plays.jsonl")
+    run_batch(spark, settings, load_pipeline(TRENDING), redis_url=settings.redis_url)
+    with api(pipeline=TRENDING) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+        console = f"{server.base_url}/console"
+        load(browser, console, "overview")
+        listing = client.get("/v1/views").json()["views"]
+        for view in listing:
+            assert values(browser, f"tr[data-view='{view['name']}'] [data-field='window']") == [window_kind(view)]
+        assert {window_kind(v) for v in listing} == {"sliding 20 m every 5 m"}
+
+        load(browser, f"{console}#/pipelines/trending/views/plays_trending?n=5", "view")
+        assert field(browser, "window", "section.card") == "sliding 20 m every 5 m"
+        end, version, bars = _live_chart(browser)
+        top = client.get("/v1/views/plays_trending/top", params={"window_end": end, "n": 5}).json()
+        assert (version, bars) == (top["version"], [(t["key"], t["value"]) for t in top["top"]])
+        frame = pd.DataFrame(events).assign(t=lambda f: f.event_time.astype(int))
+        stop = int(pd.Timestamp(end).timestamp())
+        counts = frame[(frame.t >= stop - 1200) & (frame.t < stop)].groupby("song").size()
+        assert bars == sorted(((k, int(v)) for k, v in counts.items()), key=lambda kv: (-kv[1], kv[0]))[:5]
+        browser.save_screenshot(str(artifacts / "console" / "view-sliding.png"))
+
+        # New plays (a song that tops the chart) and a new generation: the chart shows it without a reload.
+        hits = _plays(rng, time.time(), 60, 120, ["zz-hit"])
+        ingest_file(settings, hits, tmp_path / "hits.jsonl")
+        flipped = run_batch(spark, settings, load_pipeline(TRENDING), redis_url=settings.redis_url).generation
+        wait_for(lambda: _live_chart(browser)[1] == flipped, "the live chart at the new generation", 30)
+        end, version, bars = _live_chart(browser)
+        top = client.get("/v1/views/plays_trending/top", params={"window_end": end, "n": 5}).json()
+        assert (version, bars) == (top["version"], [(t["key"], t["value"]) for t in top["top"]]) and bars[0][0] == "zz-hit"

@@ -78,6 +78,30 @@ def test_the_window_limit_names_the_times_this_view_can_address(api: Callable[..
         assert "0001-01-01T00:00:00+00:00" in detail and "9999-12-31T22:59:59.999999+00:00" in detail
 
 
+def test_a_top_n_of_more_key_panes_than_allowed_is_422_naming_n_the_panes_and_the_setting(
+        api: Callable[..., Any]) -> None:
+    """Its work grows with n x panes (each key ranked is looked up in every pane): bounded before any read."""
+    range_ = {"from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z"}  # 24 hourly panes
+    with api(pipeline="payments", max_top_cells=100) as server, \
+            httpx.Client(base_url=server.base_url, timeout=10) as client:
+        refused(client.get(f"/v1/views/{HOURLY}/top", params={**range_, "n": "5"}),
+                "n=5", "24 panes", "LAMBDA_MAX_TOP_CELLS=100", "smaller n", "shorter range")
+        assert client.get(f"/v1/views/{HOURLY}/top", params={**range_, "n": "4"}).status_code == 503  # none published
+
+
+def test_a_listing_page_of_more_rows_x_panes_than_allowed_is_422_naming_limit_and_the_range(
+        api: Callable[..., Any]) -> None:
+    """A page reads each key over every pane: limit x panes is bounded (MAX_LIST_CELLS) before any read."""
+    from serving.api.key_pages import MAX_LIST_CELLS
+
+    hours = MAX_LIST_CELLS // 1000 + 1  # one more hourly pane than a page of 1000 rows may combine
+    range_ = {"from": "2024-03-01T00:00:00Z", "to": f"{1709251200 + hours * 3600}"}
+    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+        refused(client.get(f"/v1/views/{HOURLY}/keys", params={**range_, "limit": "1000"}),
+                "limit=1000", f"{hours} panes", str(MAX_LIST_CELLS), "smaller limit", "shorter range")
+        assert client.get(f"/v1/views/{HOURLY}/keys", params={**range_, "limit": "100"}).status_code == 503
+
+
 EVENTS = [
     {"user_id": "alice", "merchant": "m", "amount": 2.0, "event_time": "3000-01-01T00:30:00Z"},
     {"user_id": "bob", "merchant": "m", "amount": 3.0, "event_time": "9999-12-31T22:30:00Z"},

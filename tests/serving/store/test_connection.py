@@ -99,3 +99,33 @@ def test_sync_round_trip_on_a_real_redis(redis_url: str) -> None:
             client.set("k", True)  # type: ignore[arg-type]
     finally:
         client.close()
+
+
+#: A script busy for 2.5 s: longer than the API client's 2 s socket timeout.
+_BUSY = """local s = redis.call('TIME')
+repeat local t = redis.call('TIME') until (t[1] - s[1]) * 1000000 + (t[2] - s[2]) > 2500000
+return 1"""
+
+
+def test_a_script_that_timed_out_is_not_sent_again(redis_url: str) -> None:
+    """A timed-out script may still be running: sending it again would queue it a second time behind itself."""
+    async def run() -> None:
+        client = async_redis_client(redis_url, retry_timeouts=False)
+        try:
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await client.eval(_BUSY, 0)
+        finally:
+            await client.aclose()
+
+    plain = redis.Redis.from_url(redis_url)
+    plain.config_resetstat()
+    asyncio.run(run())
+    for _ in range(100):  # Redis answers BUSY until the script is done
+        try:
+            calls = plain.info("commandstats")["cmdstat_eval"]["calls"]
+            break
+        except redis.exceptions.BusyLoadingError:
+            raise
+        except redis.exceptions.ResponseError:
+            asyncio.run(asyncio.sleep(0.1))
+    assert calls == 1

@@ -42,6 +42,7 @@ class Twin:
 def _name_twins(keys: Keys) -> Iterator[Twin]:
     p = keys.prefix
     yield Twin("LUA_NAMES", "scratch_key", (p,), keys.scratch)
+    yield Twin("LUA_NAMES", "top_seen_key", (p, "0f3a"), keys.top_seen("0f3a"))
     for g in GENERATIONS:
         yield Twin("LUA_NAMES", "generation_meta", (p, str(g)), keys.meta(g))
         yield Twin("LUA_NAMES", "segment_meta", (p, str(g)), keys.segment_meta(g))

@@ -1,0 +1,122 @@
+"""Session parts merge as the README's argument says: associative, commutative, the empty part an identity, and
+the merge of any split's sessions equal to the sessions of all the events (``shared_logic.sessions``).
+
+The oracle is a gap sessionization written here over plain events (sorted by time, a new session wherever
+two neighbours lie more than ``gap`` apart; its measures a plain-Python count, integer sum, min, max and
+set of values), never the module's own ``sessions_of``. Events come in random order and are split at
+random into parts, as a barrier and micro-batches split them: late events that extend a session of
+another part or bridge two of its sessions are among them by construction (small times, small gaps).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared_logic.errors import PipelineDefinitionError
+from shared_logic.measures import Count, Distinct, Max, Min, Sum
+from shared_logic.sessions import Folded, Session, SessionWindow, fold, merge, overlapping, sessions_of, summary
+
+MEASURES = (Count(), Sum("v"), Min("v"), Max("v"), Distinct("who"))
+LAWS = settings(max_examples=200, deadline=None, database=None)
+
+#: An event: (time in microseconds, value, who).
+events_st = st.lists(st.tuples(st.integers(0, 60), st.integers(-5, 5), st.sampled_from("abcd")), max_size=30)
+gaps = st.integers(0, 8)
+
+
+def one(event: tuple[int, int, str]) -> tuple[int, dict[str, Any]]:
+    t, v, who = event
+    return t, {"count": 1, "sum_v": v, "min_v": v, "max_v": v, "distinct_who": {who}}
+
+
+def part(gap: int, events: list[tuple[int, int, str]]) -> tuple[Session, ...]:
+    return sessions_of(gap, MEASURES, map(one, events))
+
+
+def oracle(gap: int, events: list[tuple[int, int, str]]) -> list[tuple[int, int, dict[str, Any]]]:
+    """Gap sessionization of plain events: (start, end, measures) per session, by start."""
+    runs: list[list[tuple[int, int, str]]] = []
+    for event in sorted(events):
+        if runs and event[0] - runs[-1][-1][0] <= gap:
+            runs[-1].append(event)
+        else:
+            runs.append([event])
+    return [(run[0][0], run[-1][0], {"count": len(run), "sum_v": sum(v for _, v, _ in run), "min_v": min(v for _, v, _ in run),
+                                     "max_v": max(v for _, v, _ in run), "distinct_who": {w for _, _, w in run}})
+            for run in runs]
+
+
+def plain(sessions: tuple[Session, ...]) -> list[tuple[int, int, dict[str, Any]]]:
+    return [(s.start, s.end, dict(s.parts)) for s in sessions]
+
+
+@LAWS
+@given(gaps, events_st, st.lists(st.integers(0, 3), max_size=30))
+def test_the_merge_of_any_split_is_the_sessions_of_all_events(gap: int, events: list, sides: list[int]) -> None:
+    parts: list[list] = [[], [], [], []]
+    for i, event in enumerate(events):
+        parts[sides[i] if i < len(sides) else 0].append(event)
+    assert plain(merge(gap, MEASURES, *(part(gap, p) for p in parts))) == oracle(gap, events)
+
+
+@LAWS
+@given(gaps, events_st, events_st, events_st)
+def test_merge_is_associative_and_commutative_with_the_empty_part_as_identity(gap: int, a: list, b: list, c: list) -> None:
+    x, y, z = part(gap, a), part(gap, b), part(gap, c)
+    assert merge(gap, MEASURES, merge(gap, MEASURES, x, y), z) == merge(gap, MEASURES, x, merge(gap, MEASURES, y, z))
+    assert merge(gap, MEASURES, x, y) == merge(gap, MEASURES, y, x)
+    assert merge(gap, MEASURES, x, ()) == merge(gap, MEASURES, (), x) == x
+
+
+def test_late_events_extend_and_bridge_sessions_across_the_barrier() -> None:
+    gap = 10
+    batch = part(gap, [(0, 1, "a"), (5, 1, "a"), (40, 2, "b"), (70, 3, "c")])  # sessions [0,5] [40,40] [70,70]
+    late = part(gap, [(14, 1, "d"), (50, 1, "a"), (60, 1, "a")])  # extends [0,5]; bridges [40] and [70]
+    assert [(s.start, s.end, s.parts["count"], s.parts["distinct_who"]) for s in merge(gap, MEASURES, batch, late)] == \
+        [(0, 14, 3, {"a", "d"}), (40, 70, 4, {"a", "b", "c"})]
+
+
+@LAWS
+@given(gaps, events_st, st.integers(1, 5))
+def test_folding_keeps_the_newest_and_counts_every_session(gap: int, events: list, keep: int) -> None:
+    sessions = part(gap, events)
+    folded, kept = fold(MEASURES, Folded(), sessions, keep)
+    assert kept == sessions[-keep:] if sessions else kept == ()
+    whole = summary(sessions)
+    assert summary(kept, folded) == {**whole, "folded": max(0, len(sessions) - keep)}
+    if folded.sessions:
+        assert folded.parts["count"] == sum(s.parts["count"] for s in sessions[:len(sessions) - keep])
+
+
+def test_overlapping_takes_whole_sessions() -> None:
+    sessions = (Session(0, 10), Session(20, 30), Session(40, 40))
+    assert overlapping(sessions, 10, 21) == sessions[:2] and overlapping(sessions, 31, 40) == () and \
+        overlapping(sessions, 31, 41) == sessions[2:]
+
+
+@pytest.mark.parametrize("gap, keep, words", [
+    (timedelta(0), 10, ["gap", "whole number of seconds"]),
+    (timedelta(seconds=1.5), 10, ["gap", "1.5"]),
+    (timedelta(minutes=30), 0, ["max_sessions", "1000"]),
+    (timedelta(minutes=30), True, ["max_sessions"]),
+])
+def test_a_session_window_that_cannot_work_names_the_fix(gap: timedelta, keep: Any, words: list[str]) -> None:
+    with pytest.raises(PipelineDefinitionError) as raised:
+        SessionWindow(gap, max_sessions=keep)
+    assert all(w in str(raised.value) for w in words), str(raised.value)
+    assert SessionWindow(timedelta(minutes=30)).gap_micros == 1_800_000_000
+
+
+def test_a_session_view_is_checked_then_refused_until_the_layers_store_sessions() -> None:
+    from shared_logic.views import View
+
+    window = SessionWindow(timedelta(minutes=30))
+    with pytest.raises(PipelineDefinitionError, match=r"\['duration'\].*rename"):
+        View("visits", keys=("duration",), measures=(Count(),), window=window)  # type: ignore[arg-type]
+    with pytest.raises(PipelineDefinitionError, match="do not store sessions yet"):
+        View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
