@@ -24,7 +24,7 @@ from redis.typing import EncodableT
 from serving.store.errors import GenerationLostError, LayoutError, LogicConflictError, StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta
 from serving.store.keys import Keys
-from serving.store.logic import _claim_segment, _satisfy_waiting
+from serving.store.logic import claim_segment, satisfy_waiting
 from serving.store.replies import text
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ return generation
 """
 
 
-def _ensure_epoch(client: redis.Redis, keys: Keys) -> str:
+def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     """``PipelineStore.ensure_epoch``: the layout checked, each missing marker set (SET NX), all read back."""
     glob = keys.global_keys
     client.set(glob.layout, keys.buckets, nx=True)
@@ -62,7 +62,7 @@ def _ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     return ",".join(markers)
 
 
-def _read_epoch(client: redis.Redis, keys: Keys) -> str | None:
+def read_epoch(client: redis.Redis, keys: Keys) -> str | None:
     """``PipelineStore.read_epoch``: every marker read, None at the first one gone."""
     markers = []
     for k in keys.every_prefix():
@@ -79,7 +79,7 @@ def epoch_marker(keys: Keys, epoch: str) -> str:
     return markers[0] if keys.is_global else markers[1 + keys.bucket_index]  # type: ignore[operator]
 
 
-def _served_generation(client: redis.Redis, keys: Keys) -> int | None:
+def served_generation(client: redis.Redis, keys: Keys) -> int | None:
     """``PipelineStore.served_generation``: the global pointer (on a bucketed store it moves last)."""
     value = client.get(keys.global_keys.current)
     return None if value is None else int(value)
@@ -117,7 +117,7 @@ class Generations:
         ``epoch`` is the store's epoch read before the run's barrier (``PipelineStore.ensure_epoch``);
         GenerationLostError at once when Redis lost its data since (the flip would refuse the generation anyway).
         """
-        if _read_epoch(self.client, self.keys) != epoch:
+        if read_epoch(self.client, self.keys) != epoch:
             raise GenerationLostError(
                 f"Redis lost its data after generation {generation} of {self.keys.pipeline!r} began (its epoch "
                 "marker changed): nothing was loaded; run the batch again")
@@ -135,7 +135,7 @@ class Generations:
         StoreUnavailableError when Redis fails. Once served, a speed layer's wait for a generation of its
         logic is over (``PipelineStore.satisfy_waiting``).
         """
-        held = _claim_segment(self.client, self.keys, generation, meta.logic)
+        held = claim_segment(self.client, self.keys, generation, meta.logic)
         if held is not None:
             raise LogicConflictError(
                 f"generation {generation} of {self.keys.pipeline!r} was computed under logic {meta.logic}, but its "
@@ -157,7 +157,7 @@ class Generations:
                     f"Redis lost its data while generation {generation} of {self.keys.pipeline!r} was loading "
                     f"(epoch marker {where.epoch} changed); nothing more was flipped: run the batch again")
         if served == generation:
-            _satisfy_waiting(self.client, self.keys, meta.logic)
+            satisfy_waiting(self.client, self.keys, meta.logic)
         return served == generation
 
     def drop_stale(self) -> dict[str, list[int]]:
@@ -168,7 +168,7 @@ class Generations:
         segment (atomically, in Lua), and the speed layer's writes skip segments below the pointer.
         """
         keys = self.keys
-        served = _served_generation(self.client, keys)
+        served = served_generation(self.client, keys)
         if served is None:
             return {}
         dropped: dict[str, list[int]] = {}

@@ -48,14 +48,14 @@ return 'segment:' .. current
 """
 
 
-def _claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query: str = "") -> str | None:
+def claim_segment(client: redis.Redis, keys: Keys, base: int, logic: str, query: str = "") -> str | None:
     """``PipelineStore.claim_segment``: one ``_CLAIM`` call on the global keys."""
     glob = keys.global_keys
     reply = text(client.eval(_CLAIM, 3, glob.segment_logic(base), glob.meta(base), glob.segments, logic, query, base))
     return None if reply == "ok" else reply
 
 
-def _generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | None:
+def generation_logic(client: redis.Redis, keys: Keys, generation: int) -> str | None:
     """``PipelineStore.generation_logic``: the generation's record, read."""
     meta = keys.global_keys.meta(generation)
     if not client.hexists(meta, VERSION):
@@ -70,7 +70,7 @@ return 1
 """
 
 
-def _mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
+def mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
     """``PipelineStore.mark_waiting``: one HSET or HDEL of the speed hash's ``waiting_logic``."""
     if logic is None:
         client.hdel(keys.global_keys.speed, "waiting_logic")
@@ -78,12 +78,12 @@ def _mark_waiting(client: redis.Redis, keys: Keys, logic: str | None) -> None:
         client.hset(keys.global_keys.speed, "waiting_logic", logic)
 
 
-def _waiting_for(client: redis.Redis, keys: Keys) -> str | None:
+def waiting_for(client: redis.Redis, keys: Keys) -> str | None:
     """``PipelineStore.waiting_for``: the speed hash's ``waiting_logic``."""
     value = client.hget(keys.global_keys.speed, "waiting_logic")
     return None if value is None else text(value)
 
 
-def _satisfy_waiting(client: redis.Redis, keys: Keys, logic: str) -> None:
+def satisfy_waiting(client: redis.Redis, keys: Keys, logic: str) -> None:
     """``PipelineStore.satisfy_waiting``: one ``_SATISFIED`` call (compare and delete)."""
     client.eval(_SATISFIED, 1, keys.global_keys.speed, logic)

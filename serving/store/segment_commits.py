@@ -55,7 +55,7 @@ return n
 WAIT_MILLISECONDS = 5_000
 
 
-def _commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], processed: int) -> None:
+def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], processed: int) -> None:
     """``PipelineStore.commit_processed``: one MULTI on one Redis; on a cluster, per master its buckets' calls
     on one connection, then WAIT (``_replicated``)."""
     now = time.time()
@@ -84,7 +84,7 @@ def _commit_call(bucket: Keys, bases: Sequence[int], processed: int, now: float)
     return ("EVAL", _COMMIT, 1 + len(bases), bucket.current, *metas, processed, now, *bases)
 
 
-def _save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
+def save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
     """``PipelineStore.save_plan``: one SET; on a cluster, a plan opening a group waits (``_replicated``)."""
     key, value = keys.global_keys.plan(query), f"{batch_id}:{plan}"
     if not (opens_group and isinstance(client, RedisCluster)):
@@ -96,7 +96,7 @@ def _save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan:
                 nodes[0].name, f"saving {what}", what)
 
 
-def _saved_plan(client: redis.Redis, keys: Keys, query: str) -> tuple[int, str] | None:
+def saved_plan(client: redis.Redis, keys: Keys, query: str) -> tuple[int, str] | None:
     """``PipelineStore.saved_plan``: the plan key, read and split."""
     stored = client.get(keys.global_keys.plan(query))
     if stored is None:

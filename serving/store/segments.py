@@ -32,7 +32,7 @@ import redis
 from redis.commands.core import Script
 
 from batch_layer.faults import fault_point
-from serving.store.generations import _served_generation, delete_prefix, epoch_marker
+from serving.store.generations import delete_prefix, epoch_marker, served_generation
 from serving.store.keys import LUA_NAMES, Keys, suffix
 
 #: The layout realtime segments are written in (a speed-layer checkpoint records it; one of another
@@ -286,7 +286,7 @@ class Segments:
     def live(self, barriers: Sequence[int]) -> list[int]:
         """The bases of the live segments, ascending: the served generation's and every indexed base (and
         ``barriers``) above it; every indexed base (and ``barriers``) while none is served."""
-        served = _served_generation(self.client, self.keys)
+        served = served_generation(self.client, self.keys)
         known = {int(b) for b in self.client.smembers(self.keys.segments)} | set(barriers)
         if served is not None:
             known.add(served)

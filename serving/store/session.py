@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import redis
 
+from serving.store import generations, segment_commits
+from serving.store import logic as store_logic  # its steps take a `logic` fingerprint argument
 from serving.store.generation_meta import GenerationMeta
-from serving.store.generations import Generations, _ensure_epoch, _read_epoch, _served_generation
+from serving.store.generations import Generations
 from serving.store.heartbeat import SpeedHealth, SpeedHeartbeat
 from serving.store.keys import Keys
-from serving.store.logic import _claim_segment, _generation_logic, _mark_waiting, _satisfy_waiting, _waiting_for
-from serving.store.segment_commits import _commit_processed, _save_plan, _saved_plan
 from serving.store.segments import Segments
 
 
@@ -47,18 +47,18 @@ class PipelineStore:
 
         Raises LayoutError when the store was laid out with another bucket count (its rows would be looked for
         in the wrong buckets)."""
-        return _ensure_epoch(self.client, self.keys)
+        return generations.ensure_epoch(self.client, self.keys)
 
     def read_epoch(self) -> str | None:
         """The store's epoch as it is now, or None when a marker is gone (that Redis lost its data); writes
         nothing. One GET per marker: compare it with an epoch from ``ensure_epoch``."""
-        return _read_epoch(self.client, self.keys)
+        return generations.read_epoch(self.client, self.keys)
 
     def served_generation(self) -> int | None:
         """The generation readers are served (its master version), or None before the first publish.
 
         One GET of the global pointer, which a flip moves last: every bucket serves the generation it names."""
-        return _served_generation(self.client, self.keys)
+        return generations.served_generation(self.client, self.keys)
 
     def generation_meta(self, generation: int) -> GenerationMeta:
         """Generation ``generation``'s metadata record (empty fields when it is not published): written whole by
@@ -76,29 +76,29 @@ class PipelineStore:
         call; None when claimed, else what holds it (``generation:<logic>`` when generation ``base`` is served
         under another logic, ``segment:<logic>[/<query>]`` when another logic or query wrote the segment).
         A claimed segment is indexed, so it is dropped with the others below the served generation."""
-        return _claim_segment(self.client, self.keys, base, logic, query)
+        return store_logic.claim_segment(self.client, self.keys, base, logic, query)
 
     def generation_logic(self, generation: int) -> str | None:
         """The logic ``generation`` was computed under ('' for one published before logic was recorded), or None
         when it is not published. Its record is written whole by the flip that serves it."""
-        return _generation_logic(self.client, self.keys, generation)
+        return store_logic.generation_logic(self.client, self.keys, generation)
 
     def mark_waiting(self, logic: str | None) -> None:
         """Say (``logic``) or unsay (None), in one write, that the speed layer cannot write the served segment
         and waits for a generation of ``logic``: a scheduler of that logic then recomputes at once
         (``deploy.scheduling.scheduler``)."""
-        _mark_waiting(self.client, self.keys, logic)
+        store_logic.mark_waiting(self.client, self.keys, logic)
 
     def waiting_for(self) -> str | None:
         """The logic the speed layer waits for a generation of (``mark_waiting``), if it waits."""
-        return _waiting_for(self.client, self.keys)
+        return store_logic.waiting_for(self.client, self.keys)
 
     def satisfy_waiting(self, logic: str) -> None:
         """A generation of ``logic`` was just served: the wait for it is over, and only a wait for ``logic``
         (atomic compare and delete). The speed layer says so again at its next micro-batch if it still
         cannot write; without this a stopped speed layer's stale wait would make the scheduler recompute
         over and over."""
-        _satisfy_waiting(self.client, self.keys, logic)
+        store_logic.satisfy_waiting(self.client, self.keys, logic)
 
     # --- the speed layer's commit point and plans (serving.store.segment_commits)
 
@@ -109,7 +109,7 @@ class PipelineStore:
         Atomic per bucket (on one Redis, in every bucket at once: one MULTI). Returns once it is visible
         in every bucket and, where a bucket's master has replicas, once one replica acknowledged it;
         raises ReplicationError otherwise (the micro-batch must be replayed)."""
-        _commit_processed(self.client, self.keys, bases, processed)
+        segment_commits.commit_processed(self.client, self.keys, bases, processed)
 
     def save_plan(self, query: str, batch_id: int, plan: str, *, opens_group: bool) -> None:
         """Keep ``plan`` as the plan of micro-batch ``batch_id`` of ``query`` (one plan per query: the latest),
@@ -118,8 +118,8 @@ class PipelineStore:
         When it ``opens_group`` (the micro-batch ends inside a version: the next ones carry its tag on
         until the group's commit) and the plan's master has replicas (a Redis Cluster), returns once one
         acknowledged it; raises ReplicationError otherwise (the micro-batch must be replayed)."""
-        _save_plan(self.client, self.keys, query, batch_id, plan, opens_group=opens_group)
+        segment_commits.save_plan(self.client, self.keys, query, batch_id, plan, opens_group=opens_group)
 
     def saved_plan(self, query: str) -> tuple[int, str] | None:
         """The micro-batch id and plan ``save_plan`` kept last for ``query``, or None."""
-        return _saved_plan(self.client, self.keys, query)
+        return segment_commits.saved_plan(self.client, self.keys, query)
