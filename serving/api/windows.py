@@ -106,7 +106,8 @@ def resolve(view: View, asked: TimeParams, clock: Clock, max_panes: int, setting
     count = -(-(end - at(first)) // timedelta(seconds=pane))
     if count > max_panes:
         raise BadQueryError(f"{'last' if asked.last else 'from/to'}: the range spans {count} panes of {pane} s; at "
-                            f"most {max_panes} per query ({setting}): ask for a shorter range")
+                            f"most {max_panes} per query ({setting}): ask for a shorter range (from/to, last) "
+                            "or one window (window_start or window_end)")
     if first + count * pane > _LAST:
         raise _outside(view, "to", end - _MICROSECOND, pane)
     return Span([first + i * pane for i in range(count)], pane, range=(start, end), now=now)

@@ -25,6 +25,7 @@ import serving.api.auth
 from deploy.settings import Settings, load_settings
 from serving.api.app import install_error_handlers
 from serving.api.auth import is_loopback, require
+from serving.api.clock import SystemClock
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.routes import health, views
@@ -59,6 +60,7 @@ def build_app(settings: Settings, redis_url: str) -> FastAPI:
     app = FastAPI(lifespan=lifespan)
     app.state.pipeline, app.state.settings = pipeline, settings
     app.state.master_clock = MasterClock(settings.master_path)
+    app.state.clock = SystemClock()
     install_error_handlers(app)
     install_metrics(app)
 

@@ -24,6 +24,7 @@ from urllib.parse import quote
 import httpx
 import pandas as pd
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
@@ -166,10 +167,16 @@ def _plays(rng: random.Random, now: float, n: int, within: int, songs: list[str]
 
 
 def _live_chart(browser: Any) -> tuple[str, int, list[tuple[str, int]]]:
-    """The live card's window end, version and bars (key, value), as the page carries them."""
-    bars = browser.find_elements("css selector", "#live-top svg[data-chart='live-top'] g[data-key]")
-    return (field(browser, "live.window_end", "#live-top"), int(field(browser, "live.version", "#live-top")),
-            [(b.get_attribute("data-key"), int(b.get_attribute("data-value"))) for b in bars])
+    """The live card's window end, version and bars (key, value), as the page carries them: read again when the
+    chart was redrawn under the read (its refresh replaces the card's elements)."""
+    for _ in range(20):
+        try:
+            bars = browser.find_elements("css selector", "#live-top svg[data-chart='live-top'] g[data-key]")
+            return (field(browser, "live.window_end", "#live-top"), int(field(browser, "live.version", "#live-top")),
+                    [(b.get_attribute("data-key"), int(b.get_attribute("data-value"))) for b in bars])
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the live chart was redrawn under every one of 20 reads")
 
 
 @pytest.mark.slow

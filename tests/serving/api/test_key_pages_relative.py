@@ -3,7 +3,7 @@
 Each page resolves the request's times against the clock again (``windows.resolve``); between the pages the
 injected clock moves past a pane boundary, so the second request alone names other panes. The cursor carries
 the first page's panes and the second page reuses them. Oracle: pandas over the raw events at the committed
-version, per key over the first page's panes (``tests.serving.store.test_threshold``'s data and layout: its
+version, per key over the first page's panes (``tests.support.trend_panes``' data and layout: its
 realtime parts are ranked sorted sets only, no rows a listing reads, so the rows are the batch generation's).
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from serving.api import key_pages
 from serving.api.windows import TimeParams, resolve
 from serving.store.reader import ServingStore
-from tests.serving.store.test_threshold import BARRIER, PANE, PROCESSED, T0, VIEW, _events, _publish
+from tests.support.trend_panes import BARRIER, PANE, PROCESSED, T0, VIEW, events_of, publish
 
 
 class MovingClock:
@@ -27,8 +27,8 @@ class MovingClock:
 
 
 def test_pages_of_last_go_on_over_the_first_pages_panes_when_the_clock_passes_a_pane_boundary(redis_url: str) -> None:
-    events = _events(seed=7)
-    _publish(redis_url, events)
+    events = events_of(seed=7)
+    publish(redis_url, events)
     clock = MovingClock(datetime.fromtimestamp(T0 + 8 * PANE + 250, tz=timezone.utc))
     asked = TimeParams(last=timedelta(seconds=3 * PANE))
 

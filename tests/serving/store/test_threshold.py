@@ -13,9 +13,7 @@ random ranges (on one Redis and on a 3-master cluster) must equal it, for every 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-from datetime import timedelta
 
 import pandas as pd
 import pytest
@@ -23,64 +21,10 @@ import pytest
 from serving.api.errors import BadQueryError
 from serving.api.queries import top_answer
 from serving.api.windows import Span
-from serving.store.connection import redis_client, store_keys
-from serving.store.generation_meta import GenerationMeta
 from serving.store.reader import ServingStore
-from serving.store.session import PipelineStore
-from shared_logic import Average, Count, Distinct, Max, Min, SlidingWindow, Sum, View
+from shared_logic import Average, Count, Distinct, Sum, View
 from shared_logic.measures import Measure
-
-PANE, PANES = 300, 12
-VIEW = View("trend", keys=("k",), measures=(Count(), Sum("x"), Min("x"), Max("x")),
-            window=SlidingWindow(timedelta(seconds=PANE * 4), timedelta(seconds=PANE)))
-MEASURES = ["count", "sum_x", "min_x", "max_x"]
-T0 = 1_700_000_100 // PANE * PANE
-BARRIER, PROCESSED = 50, 80  # versions: batch through 50, committed realtime through 80, in flight 81..90
-
-
-def _events(seed: int) -> pd.DataFrame:
-    rng = random.Random(seed)
-    keys = [f"k{i:03d}" for i in range(120)]
-    rows = []
-    for version in range(1, 91):
-        for _ in range(rng.randint(3, 12)):
-            key = rng.choice(keys[:15]) if rng.random() < 0.4 else rng.choice(keys)  # some keys popular everywhere
-            pane = rng.randrange(PANES) if version <= BARRIER or rng.random() < 0.3 else rng.randrange(PANES - 3, PANES)
-            rows.append({"k": key, "t": T0 + pane * PANE + rng.randrange(PANE), "version": version,
-                         "x": rng.choice([-3.0, -0.5, 0.0, 1.0, 2.5, 4.0, 7.0])})
-    events = pd.DataFrame(rows)
-    events["pane"] = events["t"] // PANE * PANE
-    return events
-
-
-def _parts(events: pd.DataFrame) -> dict[tuple[str, int], list[float]]:
-    """(key, pane) -> [count, sum, min, max] of ``events``: what a layer computes for its share."""
-    g = events.groupby(["k", "pane"])["x"].agg(["count", "sum", "min", "max"])
-    return {key: [float(v) for v in row] for key, row in zip(g.index, g.itertuples(index=False))}
-
-
-def _publish(url: str, events: pd.DataFrame) -> None:
-    """The batch generation (events through the barrier), the realtime segment (committed events after it, then
-    a micro-batch in flight over them, its committed parts in the undo log), in the layers' layout."""
-    client, keys = redis_client(url), store_keys("probe", url)
-    store = PipelineStore(client, keys)
-    epoch = store.ensure_epoch()
-    store.generations.begin(BARRIER, epoch)
-    for (key, pane), parts in _parts(events[events.version <= BARRIER]).items():
-        client.hset(keys.for_key(key).rows(BARRIER, "trend", pane), key, json.dumps(parts))
-    assert store.generations.flip(BARRIER, epoch, GenerationMeta(measures={"trend": MEASURES}))
-    for bucket in keys.all_buckets():
-        client.hset(bucket.segment_meta(BARRIER), "processed", PROCESSED)
-    committed = _parts(events[(events.version > BARRIER) & (events.version <= PROCESSED)])
-    flight = _parts(events[events.version > BARRIER])  # after the micro-batch in flight: its new scores
-    for (key, pane), parts in flight.items():
-        bucket = keys.for_key(key)
-        for measure, score in zip(MEASURES, parts):
-            client.zadd(bucket.segment_scores(BARRIER, "trend", measure, pane), {key: score})
-        if parts != committed.get((key, pane)):  # the micro-batch changed it: its committed parts saved
-            before = [str(v) for v in committed[(key, pane)]] if (key, pane) in committed else ["", "", "", ""]
-            client.hset(bucket.segment_undo(BARRIER, "trend", pane), key, json.dumps(before))
-            client.set(bucket.segment_undo_tag(BARRIER, "trend", pane), PROCESSED + 10)
+from tests.support.trend_panes import MEASURES, PANE, PANES, PROCESSED, T0, VIEW, events_of, publish
 
 
 def _oracle(events: pd.DataFrame, panes: list[int], measure: str, n: int) -> list[tuple[str, float]]:
@@ -94,8 +38,8 @@ def _oracle(events: pd.DataFrame, panes: list[int], measure: str, n: int) -> lis
 @pytest.mark.parametrize("store", ["one Redis", "cluster"])
 def test_top_n_over_random_ranges_equals_the_pandas_oracle(store: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
-    events = _events(seed=7)
-    _publish(url, events)
+    events = events_of(seed=7)
+    publish(url, events)
     rng = random.Random(3)
     ranges = [(0, PANES), (0, 4), (PANES - 4, PANES), *((a, rng.randint(a + 2, PANES)) for a in
                                                          (rng.randrange(PANES - 2) for _ in range(6)))]

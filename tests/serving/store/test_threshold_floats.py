@@ -23,7 +23,7 @@ from serving.store.connection import redis_client, store_keys
 from serving.store.generation_meta import GenerationMeta
 from serving.store.reader import ServingStore
 from serving.store.session import PipelineStore
-from tests.serving.store.test_threshold import BARRIER, MEASURES, PANE, PROCESSED, T0, VIEW
+from tests.support.trend_panes import BARRIER, MEASURES, PANE, PROCESSED, T0, VIEW
 
 PANES = 6
 AWKWARD = [0.1, 0.2, 0.3, 1e16, -1e16, 2.0 ** 53, 2.0 ** 53 + 2, -0.1, 1.0, math.inf]
@@ -41,7 +41,7 @@ def _parts(seed: int) -> dict[tuple[str, int], list[float | None]]:
     return {k: v for k, v in parts.items() if v != [None, None]}
 
 
-def _publish(url: str, parts: dict[tuple[str, int], list[float | None]]) -> None:
+def publish(url: str, parts: dict[tuple[str, int], list[float | None]]) -> None:
     client, keys = redis_client(url), store_keys("probe", url)
     store = PipelineStore(client, keys)
     epoch = store.ensure_epoch()
@@ -75,7 +75,7 @@ def _fold(parts: dict, measure: str, n: int) -> list[tuple[str, float]]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_long_skewed_lists_of_awkward_doubles_rank_exactly_and_stop_early(seed: int, redis_url: str) -> None:
     parts = _parts(seed)
-    _publish(redis_url, parts)
+    publish(redis_url, parts)
     stats = redis.Redis.from_url(redis_url)
     span = Span([T0 + p * PANE for p in range(PANES)], PANE)
 
