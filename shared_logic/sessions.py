@@ -26,39 +26,51 @@ whatever side of the barrier an event fell on. A late event may extend a session
 bridge two batch sessions into one: both are just coalescing. ``tests/shared_logic/test_session_laws.py``
 checks the laws and the homomorphism (hypothesis) against a gap sessionization written there.
 
-**Storage and reads (the design the layers follow; not built yet).**
+**Storage and reads (as built).**
 
-* *Parts.* A view row is a key's session list (sorted by start, measures in the view's row layout),
-  one for the batch part (the generation) and, in the realtime segment, one list per micro-batch
-  appended under the existing exactly-once guard (no read-modify-write in Lua: the Lua write appends;
-  merging stays in this module only). Both layers compute a part's sessions the same way: per key,
-  events sorted by time, each event a one-event session, folded with ``merge`` (Spark's
-  ``applyInPandas`` grouped by key calling ``sessions_of``), so neither layer has its own copy.
-* *Reads* take the batch list and the realtime appends of a key in one atomic Lua call (as every read)
-  and merge them here: a key's sessions overlapping a range (whole sessions, not cut at the range), a
-  key's summary (``summary``: sessions, total and mean duration, longest), and top-N keys by session
-  count or longest session in a range, which reads the candidates' lists (a session count is not a
-  per-pane monoid: a late event can bridge two sessions, lowering it, so no threshold merge applies;
-  the candidates are every key with a session in the range, bounded like a key listing's page).
+* *Parts.* A key's *part* is its session list (sorted by start, each session's measures in the view's
+  order) and the ``Folded`` summary past the bound, encoded as one JSON text (``encode_part``). The batch
+  layer's gold row of a key is its part over the snapshot (``View.aggregate``: Spark's ``applyInPandas``
+  grouped by key calling ``part_of_events``, which calls ``sessions_of``), loaded into the generation's rows
+  hash as the row's value. The speed layer computes each micro-batch's parts the same way and its writer
+  merges them into the key's realtime row with ``merge_parts`` (Python, in the Spark task), which the
+  existing guarded, undo-logged chunk call stores (``serving.store.segments``): exactly once, visible at the
+  micro-batch's commit, Lua never decoding a session. *Changed from the first design* (one list appended
+  per micro-batch): appends would need an undo protocol of their own (trim a list back on a replay or
+  before a commit) beside the one rows already have, and would grow with the micro-batches until a flip;
+  a merged realtime row reuses the row protocol unchanged and stays within ``max_sessions``. Both are the
+  one ``merge``, so the answer is the same.
+* *Reads* take a key's batch row and committed realtime row in one atomic Lua call (as every read) and
+  merge them here (``merge_parts``): a key's sessions overlapping a range (whole sessions, not cut at the
+  range), a key's summary (``summary``: sessions, total and mean duration, longest), and top-N keys by
+  session count or longest session in a range, which reads every key's rows of the view (a session count
+  is not a per-pane monoid: a late event can bridge two sessions, lowering it, so no threshold merge
+  applies; ``serving.store.session_reads`` states the cost and its bound).
 * *Bound.* ``SessionWindow.max_sessions`` (default ``DEFAULT_MAX_SESSIONS``, 1000) is how many sessions
-  a key's merged list keeps. Past it the oldest are folded (``fold``) into one summary kept beside the
-  list: how many sessions, their total and longest duration, their first start and last end, their
-  measures combined. Nothing is dropped: a summary, the total and mean duration and a top-N by session
-  count include the folded sessions, and every answer names how many were folded (``folded``). What
-  folding gives up is stated there too: a folded session no longer coalesces, so a late event within
-  ``gap`` of one starts a kept session of its own (one more session than a full sessionization); a read
-  says so by ``folded`` > 0, and a larger ``max_sessions`` (a logic change: recomputed) removes it.
+  a key's part keeps. Past it the oldest are folded (``fold``) into one summary kept beside the list:
+  how many sessions, their total and longest duration, their first start and last end, their measures
+  combined. Nothing is dropped: a summary, the total and mean duration and a top-N by session count
+  include the folded sessions, and every answer names how many were folded (``folded``). What folding
+  gives up is stated there too: a folded session no longer coalesces, so a late event within ``gap`` of
+  one starts a kept session of its own (one more session than a full sessionization); a read says so by
+  ``folded`` > 0, an answer over a range that touches the folded span says it is not exact, and a larger
+  ``max_sessions`` (a logic change: recomputed) removes it.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared_logic.errors import PipelineDefinitionError
-from shared_logic.measures import Measure
+from shared_logic.measures import Count, Distinct, Measure, Sum
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Sessions a key keeps by default (``SessionWindow.max_sessions``); older ones are folded (module doc).
 DEFAULT_MAX_SESSIONS = 1_000
@@ -66,6 +78,8 @@ DEFAULT_MAX_SESSIONS = 1_000
 MICROS = 1_000_000
 #: What a session view answers per session beside its measures: no key column or measure may take these names.
 SESSION_FIELDS = ("session_start", "session_end", "duration")
+#: The column of a session view's gold rows and increments holding a key's part (``encode_part``).
+SESSIONS_COLUMN = "sessions"
 
 
 @dataclass(frozen=True)
@@ -166,3 +180,98 @@ def summary(sessions: Sequence[Session], folded: Folded = Folded()) -> dict[str,
     longest = max([s.duration for s in sessions] + [folded.longest])
     return {"sessions": count, "total_duration": total, "mean_duration": total / count if count else None,
             "longest": longest if count else None, "folded": folded.sessions}
+
+
+def combine_folded(measures: Sequence[Measure], a: Folded, b: Folded) -> Folded:
+    """Two folded summaries as one (their sessions, durations and spans added up, measures combined)."""
+    starts, ends = [x for x in (a.start, b.start) if x is not None], [x for x in (a.end, b.end) if x is not None]
+    return Folded(a.sessions + b.sessions, a.total_duration + b.total_duration, max(a.longest, b.longest),
+                  min(starts) if starts else None, max(ends) if ends else None, _combined(measures, a.parts, b.parts))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A key's sessions in one part of the events (batch, realtime, or merged): kept ones and the folded."""
+
+    sessions: tuple[Session, ...] = ()
+    folded: Folded = Folded()
+
+
+def merge_parts(window: SessionWindow, measures: Sequence[Measure], *parts: Part) -> Part:
+    """The parts' sessions merged (``merge``), their folded summaries combined, and the oldest folded past
+    ``window.max_sessions``: how the speed layer's writer and every read combine parts."""
+    merged = merge(window.gap_micros, measures, *(p.sessions for p in parts))
+    folded = Folded()
+    for p in parts:
+        folded = combine_folded(measures, folded, p.folded)
+    folded, kept = fold(measures, folded, merged, window.max_sessions)
+    return Part(kept, folded)
+
+
+def event_parts(measures: Sequence[Measure], row: Mapping[str, Any]) -> dict[str, Any]:
+    """One event's part of each measure (``row``: its column values): a count 1, a sum, min or max its value
+    (a sum's as a float, absent when null)."""
+    parts: dict[str, Any] = {}
+    for m in measures:
+        value = None if isinstance(m, Count) else _plain(row.get(m.column or ""))
+        parts[m.name] = 1 if isinstance(m, Count) else (None if value is None else float(value)) \
+            if isinstance(m, Sum) else value
+    return parts
+
+
+def _plain(value: Any) -> Any:
+    """A pandas/numpy cell as a plain Python value (None for a missing one)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def part_of_events(window: SessionWindow, measures: Sequence[Measure], events: pd.DataFrame) -> Part:
+    """A key's part over its events (a pandas frame with the window's time column as UTC timestamps and the
+    measures' columns): each event a one-event session, merged (``sessions_of``), folded past the bound."""
+    import pandas as pd
+
+    # Spark hands timestamps over naive in its session time zone (UTC here, deploy.runtime.spark) or aware.
+    stamps = pd.to_datetime(events[window.time_column], utc=True)
+    times = ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")).tolist()
+    rows = events.to_dict("records")
+    sessions = sessions_of(window.gap_micros, measures, ((t, event_parts(measures, r)) for t, r in zip(times, rows)))
+    folded, kept = fold(measures, Folded(), sessions, window.max_sessions)
+    return Part(kept, folded)
+
+
+def encode_part(measures: Sequence[Measure], part: Part) -> str:
+    """A part as the JSON text gold rows and Redis rows keep: ``{"s": [[start, end, [measures...]]...],
+    "f": null or [sessions, total, longest, start, end, [measures...]]}`` (measures in the view's order;
+    an overflowed sum as the string ``"overflow"``)."""
+    def values(parts: Mapping[str, Any]) -> list[Any]:
+        return [_finite(parts.get(m.name)) for m in measures]
+    f = part.folded
+    folded = None if not f.sessions else [f.sessions, f.total_duration, f.longest, f.start, f.end, values(f.parts)]
+    return json.dumps({"s": [[s.start, s.end, values(s.parts)] for s in part.sessions], "f": folded},
+                      separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    return "overflow" if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def decode_part(measures: Sequence[Measure], text: str | bytes | None) -> Part:
+    """``encode_part`` undone; no text (a key without a row) is the empty part."""
+    if not text:
+        return Part()
+    raw = json.loads(text)
+    names = [m.name for m in measures]
+    sessions = tuple(Session(s, e, dict(zip(names, v))) for s, e, v in raw["s"])
+    f = raw.get("f")
+    folded = Folded() if not f else Folded(f[0], f[1], f[2], f[3], f[4], dict(zip(names, f[5])))
+    return Part(sessions, folded)
+
+
+def check_session_measures(view: str, measures: Sequence[Measure]) -> None:
+    """A session's measures are kept per session in JSON: a distinct measure's set is refused (it would grow
+    with every session of the key)."""
+    distinct = [m.name for m in measures if isinstance(m, Distinct)]
+    if distinct:
+        raise PipelineDefinitionError(f"view {view!r}: a session view keeps count, sum, min and max per session, not "
+                                      f"distinct values {distinct}; use a windowed view for those")

@@ -23,7 +23,14 @@ from pyspark.sql import functions as F
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
-from shared_logic.sessions import SESSION_FIELDS, SessionWindow
+from shared_logic.sessions import (
+    SESSION_FIELDS,
+    SESSIONS_COLUMN,
+    SessionWindow,
+    check_session_measures,
+    encode_part,
+    part_of_events,
+)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
@@ -141,6 +148,11 @@ class View:
     Guarantee: for any split of the input rows into parts, combining each part's ``aggregate``
     with the measures' monoids gives the ``aggregate`` of all rows. That is what makes the merged
     batch + realtime answer exact.
+
+    A *session view* (``sessions=SessionWindow(gap)``; ``window=SessionWindow(gap)`` is taken as the same)
+    keeps each key's sessions instead (``shared_logic.sessions``): one row per key, its part encoded in
+    ``SESSIONS_COLUMN``, merged with the one session merge instead of a monoid. Its ``window`` is None (it
+    has no panes).
     """
 
     name: str
@@ -149,6 +161,7 @@ class View:
     window: TumblingWindow | SlidingWindow | None = None
     derived: tuple[Derived, ...] = ()
     description: str = ""
+    sessions: SessionWindow | None = None
     _by_name: dict[str, Measure] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -176,7 +189,7 @@ class View:
                     f"view {self.name!r}: derived value {d.name!r} needs measures {missing}; add them to the view"
                 )
         object.__setattr__(self, "_by_name", {m.name: m for m in self.measures})
-        _not_sessions_yet(self, self.window)
+        _check_sessions(self)
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -200,7 +213,8 @@ class View:
 
     def aggregate(self, rows: DataFrame) -> DataFrame:
         """One row per key (and window) with every measure's part. Rows with a null key are dropped."""
-        missing = [c for c in self.keys + ((self.window.time_column,) if self.window else ()) if c not in rows.columns]
+        timed = self.window or self.sessions
+        missing = [c for c in self.keys + ((timed.time_column,) if timed else ()) if c not in rows.columns]
         if missing:
             raise PipelineDefinitionError(
                 f"view {self.name!r} needs columns {missing} that the pipeline's transform does not produce "
@@ -212,18 +226,42 @@ class View:
             groups.append(self.window.column())
         for k in self.keys:
             rows = rows.where(F.col(k).isNotNull())
+        if self.sessions is not None:
+            return _session_parts(self, self.sessions, rows)
         return rows.groupBy(*groups).agg(*(m.aggregate() for m in self.measures))
 
 
-def _not_sessions_yet(view: View, window: object) -> None:
-    """A session view is checked (its names), then refused: the batch and speed layers do not store sessions yet
-    (``shared_logic.sessions`` holds the merge and the storage design they will follow)."""
-    if not isinstance(window, SessionWindow):
+def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFrame:
+    """One row per key: its keys and its part (``shared_logic.sessions.part_of_events``, JSON), computed by a
+    grouped pandas function so both layers run the one ``sessions_of``."""
+    import pandas as pd
+
+    time, measures, keys = window.time_column, view.measures, view.keys
+    inputs = sorted({m.column for m in measures if m.column} - {time} - set(keys))
+    rows = rows.where(F.col(time).isNotNull()).select(*keys, time, *inputs)
+    key_types = {f.name: f.dataType.simpleString() for f in rows.schema.fields if f.name in keys}
+
+    def parts(frame: pd.DataFrame) -> pd.DataFrame:
+        part = part_of_events(window, measures, frame)
+        return pd.DataFrame({**{k: [frame[k].iloc[0]] for k in keys}, SESSIONS_COLUMN: [encode_part(measures, part)]})
+
+    schema = ", ".join([f"{k} {key_types[k]}" for k in keys] + [f"{SESSIONS_COLUMN} string"])
+    return rows.groupBy(*keys).applyInPandas(parts, schema)
+
+
+def _check_sessions(view: View) -> None:
+    """A session view: ``window=SessionWindow(...)`` taken as ``sessions=``, its names and measures checked."""
+    if isinstance(view.window, SessionWindow):
+        if view.sessions is not None:
+            raise PipelineDefinitionError(f"view {view.name!r}: give its SessionWindow once (sessions=...)")
+        object.__setattr__(view, "sessions", view.window)
+        object.__setattr__(view, "window", None)
+    if view.sessions is None:
         return
-    clash = ({m.name for m in view.measures} | set(view.keys)) & set(SESSION_FIELDS)
+    if view.window is not None:
+        raise PipelineDefinitionError(f"view {view.name!r}: a session view has no panes; drop window= or sessions=")
+    clash = ({m.name for m in view.measures} | set(view.keys)) & {*SESSION_FIELDS, SESSIONS_COLUMN}
     if clash:
         raise PipelineDefinitionError(f"view {view.name!r}: {sorted(clash)} name what a session view answers per "
                                       f"session ({', '.join(SESSION_FIELDS)}); rename the key column or measure")
-    raise PipelineDefinitionError(
-        f"view {view.name!r}: SessionWindow is defined (shared_logic.sessions) but the batch and speed layers do not "
-        "store sessions yet; use a TumblingWindow or SlidingWindow for now")
+    check_session_measures(view.name, view.measures)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from shared_logic.measures import OVERFLOW_PART
+from shared_logic.measures import OVERFLOW_PART, Measure
+from shared_logic.sessions import SessionWindow, decode_part, encode_part, merge_parts
 
 
 @dataclass
@@ -74,6 +75,15 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
             parts[nk + j] = union
             adds.append(_NO_VALUES)
     return Merged(orjson.dumps(parts), scores, sketched, adds)
+
+
+def merge_sessions(old: bytes | str | None, increments: Sequence[str | None], window: SessionWindow,
+                   measures: Sequence[Measure]) -> Merged:
+    """A session view's realtime row (its key's part, ``shared_logic.sessions.encode_part``) with a micro-batch's
+    parts merged in by the one session merge (``merge_parts``): no score, no sketch."""
+    parts = [decode_part(measures, old), *(decode_part(measures, text) for text in increments if text)]
+    merged = merge_parts(window, measures, *parts)
+    return Merged(encode_part(measures, merged).encode(), [""], [], [])
 
 
 #: What a row that keeps its values as a list adds to a sketch (shared: never changed).

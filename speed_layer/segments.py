@@ -23,7 +23,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
@@ -49,10 +49,11 @@ from serving.store.segments import (
     apply_script,
     read_rows,
 )
-from shared_logic.measures import Count, Max, Min, Sum
+from shared_logic.measures import Count, Max, Measure, Min, Sum
+from shared_logic.sessions import SESSIONS_COLUMN, SessionWindow
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError
-from speed_layer.realtime_rows import merge
+from speed_layer.realtime_rows import merge, merge_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,6 +84,8 @@ class WriteSpec:
     #: The micro-batch goes on under the tag of one left uncommitted (it ended inside a version): rows that one
     #: wrote are saved in the undo logs already, with their value from before it.
     continues: bool = False
+    #: Session views: view name -> its SessionWindow and measures (their rows merge by the session merge).
+    sessions: dict[str, tuple[SessionWindow, tuple[Measure, ...]]] = field(default_factory=dict)
 
     @property
     def micro_batch(self) -> MicroBatchWrite:
@@ -91,6 +94,8 @@ class WriteSpec:
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    if view.sessions is not None:  # one value: the key's session part
+        return ((SESSIONS_COLUMN, SESSIONS_COLUMN),), ()
     scalars = tuple((m.name, _KINDS[type(m)]) for m in view.scalar_measures)
     return scalars, tuple(m.name for m in view.distinct_measures)
 
@@ -103,6 +108,8 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
     # Through double, as the batch loader writes them: sorted-set scores are numbers.
     values = [F.col(m.name).cast("double").cast("string") for m in view.scalar_measures]
     members = [F.col(m.name) for m in view.distinct_measures]
+    if view.sessions is not None:  # a key's session part, as is
+        values, members = [F.col(SESSIONS_COLUMN)], []
     values += [F.lit(None).cast("string")] * (width[0] - len(values))
     members += [F.lit(None).cast("array<string>")] * (width[1] - len(members))
     return increments.select(
@@ -192,8 +199,14 @@ def _window_writes(spec: WriteSpec, view: str, columns: dict[str, list], windows
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
     writes = []
+    session = spec.sessions.get(view)
     for ((base, start), by_key), old in zip(windows.items(), olds):
-        merged: list[MergedRow] = [
+        if session is not None:
+            merged: list[MergedRow] = [merge_sessions(before, [values[0][r] for r in rs], *session)
+                                       for before, rs in zip(old, by_key.values())]
+            writes.append(WindowWrite(base, start, list(by_key), old, merged))
+            continue
+        merged = [
             merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
                   spec.exact_max)
             for before, rs in zip(old, by_key.values())]

@@ -112,11 +112,14 @@ def test_a_session_window_that_cannot_work_names_the_fix(gap: timedelta, keep: A
     assert SessionWindow(timedelta(minutes=30)).gap_micros == 1_800_000_000
 
 
-def test_a_session_view_is_checked_then_refused_until_the_layers_store_sessions() -> None:
+def test_a_session_view_is_checked_and_window_is_taken_as_sessions() -> None:
     from shared_logic.views import View
 
     window = SessionWindow(timedelta(minutes=30))
     with pytest.raises(PipelineDefinitionError, match=r"\['duration'\].*rename"):
         View("visits", keys=("duration",), measures=(Count(),), window=window)  # type: ignore[arg-type]
-    with pytest.raises(PipelineDefinitionError, match="do not store sessions yet"):
-        View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
+    with pytest.raises(PipelineDefinitionError, match="distinct values"):
+        View("visits", keys=("user",), measures=(Count(), Distinct("page")), sessions=window)
+    view = View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
+    assert view.sessions == window and view.window is None
+    assert view == View("visits", keys=("user",), measures=(Count(),), sessions=window)
