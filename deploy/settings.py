@@ -107,6 +107,8 @@ class Settings(KafkaSettings):
                                  "of a sliding one) a key read or key listing combines: one atomic read (422 above).")
     max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
                                "combines (one atomic threshold merge over two ranked lists a pane; 422 above).")
+    max_session_top_keys: int = Field(100_000, ge=1, le=10_000_000, description="Most rows of a session view (in one "
+                                      "part of the store) a session top-N reads and merges per request (422 above).")
     batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
                                                          "or a cron expression.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(

@@ -28,7 +28,7 @@ from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
 from serving.api.openapi import document_server
 from serving.api.pipelines import mount_pipelines
-from serving.api.routes import batch, dead_letters, events, health, views
+from serving.api.routes import batch, dead_letters, events, health, sessions, views
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
@@ -257,6 +257,7 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str, clock: Clock) -> FastA
     app.include_router(events.router, dependencies=[Depends(require("ingest"))], responses=protected)
     app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
     app.include_router(dead_letters.router, responses=protected)  # scope read
+    app.include_router(sessions.router)  # scope read (on the router)
     app.include_router(health.router)
     install_docs(app)
     install_console(app)

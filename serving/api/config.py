@@ -41,3 +41,7 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
     @property
     def max_top_panes(self) -> int:
         """Most panes a top-N combines."""
+
+    @property
+    def max_session_top_keys(self) -> int:
+        """Most rows of a session view a session top-N reads (one bucket)."""

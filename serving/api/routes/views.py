@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from serving.api import key_pages, queries, windows
 from serving.api.auth import require
 from serving.api.deps import PipelineDep, StoreDep
-from serving.api.errors import NotFoundError
+from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.key_export import CSV, NDJSON, export, export_format
 from serving.api.lean_route import LeanRoute
 from serving.api.models import KeyAnswer, KeyPage, MeasureInfo, TopAnswer, ViewInfo, ViewList, error_responses
@@ -53,11 +53,20 @@ def _span(request: Request, view: View, asked: windows.TimeParams, *, top: bool 
     return windows.resolve(view, asked, request.app.state.clock, bound, name)
 
 
-def _view(pipeline: Pipeline, name: str) -> View:
+def view_of(pipeline: Pipeline, name: str) -> View:
     try:
         return pipeline.view(name)
     except UnknownNameError as e:
         raise NotFoundError(str(UnknownNameError(e.kind, clip(e.name), e.known, owner=e.owner))) from e
+
+
+def _pane_view(pipeline: Pipeline, name: str) -> View:
+    """A view whose rows are measures (all time or panes); a session view is a 422 naming its routes."""
+    chosen = view_of(pipeline, name)
+    if chosen.sessions is not None:
+        raise BadQueryError(f"view {chosen.name!r} is a session view: ask GET /v1/views/{chosen.name}/sessions/keys/"
+                            f"{{key}}, .../sessions/summary/{{key}} or .../sessions/top")
+    return chosen
 
 
 @router.get("", response_model=ViewList, summary="List views and their freshness", responses=error_responses(503))
@@ -155,7 +164,7 @@ async def list_keys(
     matching the filters is streamed, from `cursor` if given (`limit` does not apply), paged inside
     with the same guarantee; each page is at one version, the whole is not one snapshot.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
     listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()))
     media = export_format(request.headers.get("accept"))
@@ -195,7 +204,7 @@ async def get_key(
     `LAMBDA_MAX_TOP_PANES`, default 288); more panes, `to` before `from`, two ways of naming the time at once
     or a time that cannot be read is a 422 naming the parameter and the fix.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
     return await queries.key_answer(store, chosen, key, span, explain=explain)
 
@@ -228,6 +237,6 @@ async def get_top(
     `LAMBDA_MAX_TOP_PANES`, default 288); more panes, `to` before `from`, two ways of naming the time at once
     or a time that cannot be read is a 422 naming the parameter and the fix.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
     return await queries.top_answer(store, chosen, measure, n, span)

@@ -1,0 +1,179 @@
+"""Answers of session views: a key's sessions in a range, its summary, the top keys. Merged here, in Python, by
+the one session merge (``shared_logic.sessions.merge_parts``) from the parts one atomic read took
+(``serving.store.session_reads``), so every answer is exact at the version it names unless it says otherwise
+(``exact``: sessions folded past ``max_sessions`` touch the range)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from serving.api.clock import Clock
+from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
+from serving.api.models import WindowSpan
+from serving.api.session_models import (
+    FoldedOut,
+    SessionOut,
+    SessionsAnswer,
+    SessionSummary,
+    SessionTopAnswer,
+    SessionTopEntry,
+)
+from serving.api.times import RelativeTime
+from serving.store.errors import StoreUnavailableError
+from serving.store.reads import Generation
+from serving.store.session_reads import SessionReads, SessionRows, TooManyKeysError
+from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
+from shared_logic.sessions import MICROS, Part, Session, decode_part, merge_parts, overlapping
+from shared_logic.views import View
+
+
+@dataclass(frozen=True)
+class Range:
+    """The range asked for, resolved (None: all time), and the clock reading relative times met."""
+
+    span: tuple[datetime, datetime] | None = None
+    now: datetime | None = None
+
+    @property
+    def micros(self) -> tuple[int, int]:
+        start, end = self.span or (TIME_MIN, TIME_MAX)
+        return _micros(start), _micros(end) + (0 if self.span else 1)
+
+
+def resolve_range(start: datetime | RelativeTime | None, end: datetime | RelativeTime | None,
+                  last: timedelta | None, clock: Clock) -> Range:
+    """The range ``from``/``to`` or ``last`` name (relative times at one clock reading); none: all time. A 422
+    names the parameter."""
+    if last is not None and (start is not None or end is not None):
+        raise BadQueryError("last: give last=<duration> or from/to, not both")
+    if last is None and start is None and end is None:
+        return Range()
+    relative = last is not None or end is None or isinstance(start, RelativeTime) or isinstance(end, RelativeTime)
+    now = clock.now() if relative else None
+
+    def absolute(param: str, t: datetime | RelativeTime | None, default: datetime) -> datetime:
+        try:
+            return default if t is None else t.resolve(default) if isinstance(t, RelativeTime) else t
+        except OverflowError:
+            raise BadQueryError(f"{param}: {t} reaches outside the supported time range") from None
+
+    if last is not None:
+        assert now is not None
+        span = (absolute("last", RelativeTime(f"-{last}", last), now), now)
+    else:
+        span = (absolute("from", start, now or TIME_MIN), absolute("to", end, now or TIME_MAX))
+    if span[1] <= span[0]:
+        raise BadQueryError(f"to: ({span[1].isoformat()}) must be after 'from' ({span[0].isoformat()}); swap them")
+    return Range(span, now)
+
+
+def _micros(t: datetime) -> int:
+    return (t - EPOCH) // timedelta(microseconds=1)
+
+
+def _time(micros: int) -> datetime:
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def _session_view(view: View) -> Any:
+    if view.sessions is None:
+        raise BadQueryError(f"view {view.name!r} is not a session view; ask GET /v1/views/{view.name}/keys/... instead")
+    return view.sessions
+
+
+def merged(view: View, rows: tuple[bytes, bytes]) -> Part:
+    """A key's batch and realtime parts as one (the one merge)."""
+    window = _session_view(view)
+    return merge_parts(window, view.measures, *(decode_part(view.measures, row) for row in rows))
+
+
+def _touched(view: View, part: Part, asked: Range) -> bool:
+    """Whether folded sessions lie in or within the gap of the range (so counts there are not exact)."""
+    f, (start, end) = part.folded, asked.micros
+    if not f.sessions or f.start is None or f.end is None:
+        return False
+    gap = view.sessions.gap_micros if view.sessions else 0
+    return f.start < end and f.end + gap >= start
+
+
+async def _read(reads: SessionReads, how: Any, *args: Any) -> SessionRows:
+    try:
+        return await how(*args)
+    except TooManyKeysError as e:
+        raise BadQueryError(str(e)) from e
+    except StoreUnavailableError as e:
+        raise UnavailableError.from_store(e) from e
+
+
+def _values(view: View, parts: Any) -> dict[str, Any]:
+    return {m.name: m.combine(parts.get(m.name), None) for m in view.measures}
+
+
+def _session(view: View, s: Session) -> SessionOut:
+    return SessionOut(session_start=_time(s.start), session_end=_time(s.end), duration=s.duration / MICROS,
+                      value=_values(view, s.parts))
+
+
+def _common(view: View, served: Generation, asked: Range, exact: bool) -> dict[str, Any]:
+    span = WindowSpan(start=asked.span[0], end=asked.span[1]) if asked.span else None
+    return {"view": view.name, "range": span, "now": asked.now, "exact": exact, "generation": served.generation,
+            "version": served.version}
+
+
+async def key_sessions(reads: SessionReads, view: View, key: str, asked: Range) -> SessionsAnswer:
+    """``key``'s sessions overlapping the range, with the folded summary; 404 for a key without events."""
+    part, served = await _key_part(reads, view, key)
+    f = part.folded
+    folded = None if not f.sessions else FoldedOut(
+        sessions=f.sessions, first_start=_time(f.start) if f.start is not None else None,
+        last_end=_time(f.end) if f.end is not None else None, total_duration=f.total_duration / MICROS,
+        longest=f.longest / MICROS, value=_values(view, f.parts))
+    return SessionsAnswer(**_common(view, served, asked, not _touched(view, part, asked)), key=key,
+                          sessions=[_session(view, s) for s in overlapping(part.sessions, *asked.micros)], folded=folded)
+
+
+async def key_summary(reads: SessionReads, view: View, key: str, asked: Range) -> SessionSummary:
+    """``key``'s sessions overlapping the range summed up; folded ones count when their span lies in the range."""
+    part, served = await _key_part(reads, view, key)
+    inside = overlapping(part.sessions, *asked.micros)
+    f, (start, end) = part.folded, asked.micros
+    whole = bool(f.sessions) and f.start is not None and f.end is not None and f.start >= start and f.end < end
+    count = len(inside) + (f.sessions if whole else 0)
+    total = sum(s.duration for s in inside) + (f.total_duration if whole else 0)
+    longest = max([s.duration for s in inside] + ([f.longest] if whole else []), default=None)
+    return SessionSummary(**_common(view, served, asked, not _touched(view, part, asked)), key=key, sessions=count,
+                          total_duration=total / MICROS, mean_duration=total / count / MICROS if count else None,
+                          longest=None if longest is None else longest / MICROS, folded=f.sessions)
+
+
+async def _key_part(reads: SessionReads, view: View, key: str) -> tuple[Part, Generation]:
+    _session_view(view)
+    found = await _read(reads, reads.key, view.name, key)
+    if key not in found.rows:
+        raise NotFoundError(f"key {key!r} has no events in view {view.name!r} at version {found.generation.version}")
+    return merged(view, found.rows[key]), found.generation
+
+
+async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longest"], n: int, asked: Range) -> SessionTopAnswer:
+    """The ``n`` keys with the most sessions (``count``) or the longest session (``longest``) overlapping the range,
+    from every key's parts at one version (``serving.store.session_reads``: the cost); a 422 naming the range when
+    folded sessions of a key touch it (their count there is not known)."""
+    _session_view(view)
+    found = await _read(reads, reads.every_key, view.name)
+    scored: list[tuple[float, str]] = []
+    for key, rows in found.rows.items():
+        part = merged(view, rows)
+        if _touched(view, part, asked):
+            raise BadQueryError(
+                f"from/to: key {key!r} of view {view.name!r} has sessions folded past max_sessions "
+                f"({view.sessions.max_sessions if view.sessions else 0}) in or next to this range, so a ranking "
+                "over it cannot be exact: ask for a range after them (GET .../sessions/keys/{key} shows the folded "
+                "span) or raise the view's max_sessions")
+        inside = overlapping(part.sessions, *asked.micros)
+        if inside:
+            scored.append((len(inside) if by == "count" else max(s.duration for s in inside) / MICROS, key))
+    top = sorted(scored, key=lambda vk: (-vk[0], vk[1]))[:n]
+    return SessionTopAnswer(**_common(view, found.generation, asked, True), by=by, n=n,
+                            top=[SessionTopEntry(key=k, value=v) for v, k in top])
