@@ -58,8 +58,9 @@ function duration(seconds) {
 }
 
 function windowKind(view) {
-  // How a view's windows are laid out, from GET /v1/views: all time, tumbling or sliding (size every slide).
-  const text = !view.window_seconds ? "all time"
+  // How a view's windows are laid out, from GET /v1/views: all time, tumbling, sliding (size every slide) or sessions.
+  const text = view.session_gap_seconds ? `sessions, gap ${duration(view.session_gap_seconds)}`
+    : !view.window_seconds ? "all time"
     : view.slide_seconds ? `sliding ${duration(view.window_seconds)} every ${duration(view.slide_seconds)}`
     : `tumbling ${duration(view.window_seconds)}`;
   return h("span", { "data-field": "window", "data-value": text }, text);

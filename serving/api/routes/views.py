@@ -19,6 +19,7 @@ from serving.api.times import QueryDuration, QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.event_values import clip
 from shared_logic.pipeline import Pipeline
+from shared_logic.sessions import MICROS
 from shared_logic.views import SlidingWindow, View
 
 #: Every route reads (scope ``read``, see ``serving.api.auth``). The routes are lean
@@ -84,6 +85,8 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
             derived=[d.name for d in view.derived],
             window_seconds=view.window.seconds if view.window else None,
             slide_seconds=view.window.pane_seconds if isinstance(view.window, SlidingWindow) else None,
+            session_gap_seconds=view.sessions.gap_micros // MICROS if view.sessions else None,
+            max_sessions=view.sessions.max_sessions if view.sessions else None,
             generation=served.generation if served else None,
             version=served.version if served else None,
             computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)

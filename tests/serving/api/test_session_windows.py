@@ -159,5 +159,7 @@ def _check_bounded(http: httpx.Client, sessions: pd.DataFrame) -> None:
     assert refused.status_code == 422 and "from/to" in refused.json()["detail"], refused.text
     top = http.get("/v1/views/visits_bounded/sessions/top", params=after).json()
     assert top["exact"] and [(e["key"], e["value"]) for e in top["top"]] == [("bounded", 2.0)]
+    listed = {v["name"]: v for v in http.get("/v1/views").json()["views"]}
+    assert (listed["visits_bounded"]["session_gap_seconds"], listed["visits_bounded"]["max_sessions"]) == (GAP, KEEP)
     assert http.get("/v1/views/visits/keys/u0").status_code == 422  # a session view's rows are not measures
     assert http.get("/v1/views/visits/sessions/keys/nobody").status_code == 404
