@@ -9,7 +9,8 @@ between, and more late events bridge sessions across that barrier too. After eac
 sessions in a range, summary and the top-N by session count and by longest session equal a gap sessionization
 written here in pandas over every event of the master dataset at the version answered (read with delta-rs).
 The bounded view (two sessions a user) folds older ones: answers touching them say they are not exact, a
-top-N over them is refused with a 422 naming the range, and one after them is exact.
+top-N over them is refused with a 422 naming the range, and one after them is exact. A second test asks the
+same on a Redis Cluster with the speed layer writing from Spark's tasks in small chunks.
 """
 
 from __future__ import annotations
@@ -142,6 +143,25 @@ def test_sessions_are_exact_across_the_barrier_a_recompute_and_a_replayed_micro_
             version = wait_caught_up(settings, speed=speed)
         check(http, settings, version, rng, bridged=[("u0", 0, 6500), ("u1", 6000, 9000), ("u2", 100, 2700)])
         _check_bounded(http, sessionize(settings, version))
+
+
+def test_sessions_on_a_redis_cluster_written_by_spark_tasks(spark: Any, make_settings: Any, cluster_url: str,
+                                                          tmp_path: Any) -> None:
+    """The same answers on a Redis Cluster (rows spread over buckets: a key read is one bucket, a top-N asks every
+    bucket at one version), the speed layer writing from Spark's tasks (not the driver) in chunks of 3 rows."""
+    settings = make_settings(pipeline=PIPELINE, redis_url=cluster_url, speed_trigger_seconds=0.2, speed_chunk_rows=3,
+                             speed_driver_rows=0)
+    rng = random.Random(11)
+    first = [_event("u0", t) for t in (0, 600, 1200, 4500, 4900)] + [_event("u1", t) for t in (0, 300)]
+    ingest_file(settings, first + _noise(rng, 40), tmp_path / "first.jsonl")
+    run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)
+    app = create_app(settings, redis_url=settings.redis_url or "")
+    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+        with running_speed_layer(spark, settings) as speed:
+            late = [_event("u0", 2900), _event("u1", 2000), _event("u2", 100)]
+            ingest_file(settings, late + _noise(rng, 30), tmp_path / "late.jsonl")
+            version = wait_caught_up(settings, speed=speed)
+        check(http, settings, version, rng, bridged=[("u0", 0, 4900), ("u1", 0, 2000)])
 
 
 def _check_bounded(http: httpx.Client, sessions: pd.DataFrame) -> None:
