@@ -25,7 +25,7 @@ from serving.store.errors import StoreUnavailableError
 from serving.store.reads import Generation
 from serving.store.session_reads import SessionReads, SessionRows, TooManyKeysError
 from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
-from shared_logic.sessions import MICROS, Part, Session, decode_part, merge_parts, overlapping
+from shared_logic.sessions import MICROS, Folded, Part, Session, decode_part, merge_parts, overlapping, summary
 from shared_logic.views import View
 
 
@@ -137,14 +137,13 @@ async def key_sessions(reads: SessionReads, view: View, key: str, asked: Range) 
 async def key_summary(reads: SessionReads, view: View, key: str, asked: Range) -> SessionSummary:
     """``key``'s sessions overlapping the range summed up; folded ones count when their span lies in the range."""
     part, served = await _key_part(reads, view, key)
-    inside = overlapping(part.sessions, *asked.micros)
     f, (start, end) = part.folded, asked.micros
     whole = bool(f.sessions) and f.start is not None and f.end is not None and f.start >= start and f.end < end
-    count = len(inside) + (f.sessions if whole else 0)
-    total = sum(s.duration for s in inside) + (f.total_duration if whole else 0)
-    longest = max([s.duration for s in inside] + ([f.longest] if whole else []), default=None)
-    return SessionSummary(**_common(view, served, asked, not _touched(view, part, asked)), key=key, sessions=count,
-                          total_duration=total / MICROS, mean_duration=total / count / MICROS if count else None,
+    figures = summary(overlapping(part.sessions, start, end), f if whole else Folded())
+    mean, longest = figures["mean_duration"], figures["longest"]
+    return SessionSummary(**_common(view, served, asked, not _touched(view, part, asked)), key=key,
+                          sessions=figures["sessions"], total_duration=figures["total_duration"] / MICROS,
+                          mean_duration=None if mean is None else mean / MICROS,
                           longest=None if longest is None else longest / MICROS, folded=f.sessions)
 
 

@@ -5,7 +5,8 @@ A batch run publishes the first events (a barrier). The speed layer then applies
 session the batch closed and bridge two batch sessions into one, while its first micro-batch fails right after
 its write reached Redis (an injected fault where a kill -9 leaves it: the query is restarted, the micro-batch
 replayed under the same id, and only the guard keeps it from counting twice). A second batch run recomputes
-between, and more late events bridge sessions across that barrier too. After each stage every user's sessions,
+between, and more late events bridge sessions across that barrier too, their micro-batch failing half applied
+(between two views' chunks): its replay skips the chunks applied, merging no session part twice. After each stage every user's sessions,
 sessions in a range, summary and the top-N by session count and by longest session equal a gap sessionization
 written here in pandas over every event of the master dataset at the version answered (read with delta-rs).
 The bounded view (two sessions a user) folds older ones: answers touching them say they are not exact, a
@@ -139,8 +140,17 @@ def test_sessions_are_exact_across_the_barrier_a_recompute_and_a_replayed_micro_
             check(http, settings, version, rng, bridged=[("u0", 0, 4900), ("u1", 0, 2000)])
             run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)  # a recompute between
             later = [_event("u1", 7500), _event("u0", 6500), _event("u2", 2700)]  # bridges u1's; extends u0's, u2's
-            ingest_file(settings, later + _noise(rng, 20), tmp_path / "later.jsonl")
-            version = wait_caught_up(settings, speed=speed)
+            halfway: list[bool] = []
+
+            def fail_halfway() -> None:  # one view's chunk applied, the next not: the micro-batch fails half applied
+                if not halfway:
+                    halfway.append(True)
+                    raise redis.exceptions.ConnectionError("Error 111 connecting to Redis (injected between chunks)")
+
+            with injected("speed-between-chunks", fail_halfway):
+                ingest_file(settings, later + _noise(rng, 20), tmp_path / "later.jsonl")
+                version = wait_caught_up(settings, speed=speed)
+            assert halfway, "the fault was not injected"
         check(http, settings, version, rng, bridged=[("u0", 0, 6500), ("u1", 6000, 9000), ("u2", 100, 2700)])
         _check_bounded(http, sessionize(settings, version))
 
