@@ -19,7 +19,22 @@ from hypothesis import strategies as st
 
 from shared_logic.errors import PipelineDefinitionError
 from shared_logic.measures import Count, Distinct, Max, Min, Sum
-from shared_logic.sessions import Folded, Session, SessionWindow, fold, merge, overlapping, sessions_of, summary
+from shared_logic.sessions import (
+    DEFAULT_MAX_SESSIONS,
+    MICROS,
+    Folded,
+    Part,
+    Session,
+    SessionWindow,
+    decode_part,
+    encode_part,
+    fold,
+    merge,
+    merge_parts,
+    overlapping,
+    sessions_of,
+    summary,
+)
 
 MEASURES = (Count(), Sum("v"), Min("v"), Max("v"), Distinct("who"))
 LAWS = settings(max_examples=200, deadline=None, database=None)
@@ -91,6 +106,38 @@ def test_folding_keeps_the_newest_and_counts_every_session(gap: int, events: lis
     assert summary(kept, folded) == {**whole, "folded": max(0, len(sessions) - keep)}
     if folded.sessions:
         assert folded.parts["count"] == sum(s.parts["count"] for s in sessions[:len(sessions) - keep])
+
+
+SCALAR = MEASURES[:4]  # what a stored session view keeps (no distinct sets)
+
+
+def scalar_part(window: SessionWindow, events: list[tuple[int, int, str]]) -> Part:
+    sessions = sessions_of(window.gap_micros, SCALAR, ((t, {"count": 1, "sum_v": float(v), "min_v": v, "max_v": v})
+                                                       for t, v, _ in events))
+    folded, kept = fold(SCALAR, Folded(), sessions, window.max_sessions)
+    return Part(kept, folded)
+
+
+@LAWS
+@given(st.integers(1, 8), events_st, st.lists(st.integers(0, 2), max_size=30), st.integers(1, 4))
+def test_stored_parts_merge_exactly_below_the_bound_and_drop_no_event_past_it(gap: int, events: list, sides: list[int],
+                                                                              keep: int) -> None:
+    """Parts as the layers store them (encoded, decoded) and merge them (``merge_parts``): below the bound the
+    oracle's sessions; with any bound, at most ``keep`` sessions kept and every event counted in a kept or folded
+    session (nothing dropped)."""
+    parts: list[list] = [[], [], []]
+    for i, event in enumerate(events):
+        parts[sides[i] if i < len(sides) else 0].append(event)
+    for window in (SessionWindow(timedelta(seconds=gap)), SessionWindow(timedelta(seconds=gap), max_sessions=keep)):
+        stored = [decode_part(SCALAR, encode_part(SCALAR, scalar_part(window, [(t * MICROS, v, w) for t, v, w in p])))
+                  for p in parts]
+        merged = merge_parts(window, SCALAR, *stored)
+        assert len(merged.sessions) <= window.max_sessions
+        assert sum(s.parts["count"] for s in merged.sessions) + (merged.folded.parts.get("count") or 0) == len(events)
+        if window.max_sessions == DEFAULT_MAX_SESSIONS:
+            want = [(a * MICROS, b * MICROS, {k: v for k, v in m.items() if k != "distinct_who"})
+                    for a, b, m in oracle(gap, events)]
+            assert plain(merged.sessions) == want and merged.folded.sessions == 0
 
 
 def test_overlapping_takes_whole_sessions() -> None:
