@@ -22,7 +22,7 @@ from serving.api.auth import require
 from serving.api.clock import Clock, SystemClock
 from serving.api.console import install_console
 from serving.api.docs import install_docs
-from serving.api.errors import ConfigurationError, ServingError, UnavailableError
+from serving.api.errors import BadQueryError, ConfigurationError, ServingError, UnavailableError
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
@@ -32,6 +32,7 @@ from serving.api.routes import batch, dead_letters, events, health, sessions, vi
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
+from serving.store.session_reads import TooManyKeysError
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.event_values import ECHO_LIMIT, clip, echo
 from shared_logic.registry import load_pipeline
@@ -156,6 +157,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailableError)
     async def _store_unavailable(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return await _serving(request, UnavailableError.from_store(exc))
+
+    @app.exception_handler(TooManyKeysError)
+    async def _too_many_keys(request: Request, exc: TooManyKeysError) -> JSONResponse:
+        return await _serving(request, BadQueryError(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

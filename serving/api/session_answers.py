@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from serving.api.clock import Clock
-from serving.api.errors import BadQueryError, NotFoundError, UnavailableError
+from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.models import WindowSpan
 from serving.api.session_models import (
     FoldedOut,
@@ -21,9 +21,8 @@ from serving.api.session_models import (
     SessionTopEntry,
 )
 from serving.api.times import RelativeTime
-from serving.store.errors import StoreUnavailableError
 from serving.store.reads import Generation
-from serving.store.session_reads import SessionReads, SessionRows, TooManyKeysError
+from serving.store.session_reads import SessionReads
 from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
 from shared_logic.sessions import MICROS, Folded, Part, Session, decode_part, merge_parts, overlapping, summary
 from shared_logic.views import View
@@ -98,15 +97,6 @@ def _touched(view: View, part: Part, asked: Range) -> bool:
     return f.start < end and f.end + gap >= start
 
 
-async def _read(reads: SessionReads, how: Any, *args: Any) -> SessionRows:
-    try:
-        return await how(*args)
-    except TooManyKeysError as e:
-        raise BadQueryError(str(e)) from e
-    except StoreUnavailableError as e:
-        raise UnavailableError.from_store(e) from e
-
-
 def _values(view: View, parts: Any) -> dict[str, Any]:
     return {m.name: m.combine(parts.get(m.name), None) for m in view.measures}
 
@@ -149,7 +139,7 @@ async def key_summary(reads: SessionReads, view: View, key: str, asked: Range) -
 
 async def _key_part(reads: SessionReads, view: View, key: str) -> tuple[Part, Generation]:
     _session_view(view)
-    found = await _read(reads, reads.key, view.name, key)
+    found = await reads.key(view.name, key)
     if key not in found.rows:
         raise NotFoundError(f"key {key!r} has no events in view {view.name!r} at version {found.generation.version}")
     return merged(view, found.rows[key]), found.generation
@@ -160,7 +150,7 @@ async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longes
     from every key's parts at one version (``serving.store.session_reads``: the cost); a 422 naming the range when
     folded sessions of a key touch it (their count there is not known)."""
     _session_view(view)
-    found = await _read(reads, reads.every_key, view.name)
+    found = await reads.every_key(view.name)
     scored: list[tuple[float, str]] = []
     for key, rows in found.rows.items():
         part = merged(view, rows)

@@ -153,3 +153,10 @@ def test_session_views_take_the_same_queries(spark: Any, make_settings: Callable
         assert code == 0 and out.index("u0") < out.index("u1"), out
         code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--port", port)
         assert code != 0 and "session view" in err, err
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--sessions", "--last", "1h", "--json", "--port", port)
+        answer = json.loads(out)  # the last hour of the real clock: none of these 2024 sessions
+        assert answer["sessions"] == [] and answer["exact"] and answer["now"] and answer["range"], answer
+    small = settings.model_copy(update={"max_session_top_keys": 1})  # u0's and u1's rows are more than one
+    with ApiServer(create_app(small, redis_url=settings.redis_url or "")) as server:
+        code, out, err = _cli(capsys, *prefix, "top", "visits", "--by", "count", "--port", str(server.port))
+        assert code != 0 and "LAMBDA_MAX_SESSION_TOP_KEYS" in err, err
