@@ -101,14 +101,12 @@ class Settings(KafkaSettings):
         f"each key at least {check.MIN_API_KEY_LENGTH} characters."
     )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
-    ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000,
-                                          description="How long an ingest commit waits to gather concurrent requests.")
+    ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000, description="Wait gathering concurrent ingests.")
     max_range_panes: int = Field(2_000, ge=1, le=100_000, description="Most panes (windows of a tumbling view, slides "
                                  "of a sliding one) a key read or key listing combines: one atomic read (422 above).")
     max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
                                "combines (one atomic threshold merge over two ranked lists a pane; 422 above).")
-    max_session_top_keys: int = Field(100_000, ge=1, le=10_000_000, description="Most rows of a session view (in one "
-                                      "part of the store) a session top-N reads and merges per request (422 above).")
+    max_session_top_keys: int = Field(100_000, ge=1, le=10**7, description="Session top-N: most rows read a bucket (422)")
     batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
                                                          "or a cron expression.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
