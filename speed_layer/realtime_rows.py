@@ -10,6 +10,10 @@ single-threaded part of the write, and decoding, folding and re-encoding rows in
 several times what storing them does. Redis then only checks that the rows are still the ones
 merged from (``speed_layer.segments``) and stores the results.
 
+A session view's realtime row is its key's session part instead (``shared_logic.sessions.encode_part``): a
+micro-batch's parts are merged into it by the one session merge (``merge_sessions``), folded past the view's
+``max_sessions``, and stored through the same guarded, undo-logged call as any row.
+
 A sum that leaves what a double holds is kept as ``inf`` (``shared_logic.measures.OVERFLOW_PART``, whatever
 its sign: it absorbs every later increment, as the batch part's does), its score too: never an error, so
 no micro-batch fails on it. Increments are finite otherwise (poison events are left out upstream).

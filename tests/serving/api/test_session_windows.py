@@ -50,11 +50,16 @@ def _noise(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return [_event(rng.choice(USERS[3:]), rng.randrange(20_000), rng.randint(-5, 300)) for _ in range(n)]
 
 
-def sessionize(settings: Any, version: int) -> pd.DataFrame:
-    """Every user's sessions from scratch: events sorted by time, a new session where the user changes or two
-    neighbours lie more than GAP apart; per session its start, end and the measures (pandas)."""
+def events_at(settings: Any, version: int) -> pd.DataFrame:
+    """Every event of the master dataset at ``version`` (delta-rs), its time ``t`` in seconds after T0."""
     events = pd.DataFrame(oracle.read_events(settings.master_path, version))
     events["t"] = [int(t.timestamp()) - T0 for t in events["event_time"]]
+    return events
+
+
+def sessionize(events: pd.DataFrame) -> pd.DataFrame:
+    """Every user's sessions from scratch: events sorted by time, a new session where the user changes or two
+    neighbours lie more than GAP apart; per session its start, end and the measures (pandas)."""
     events = events.sort_values(["user", "t"], kind="stable").reset_index(drop=True)
     new = (events.user != events.user.shift()) | (events.t - events.t.shift() > GAP)
     events["session"] = new.cumsum()
@@ -84,7 +89,8 @@ def _top(sessions: pd.DataFrame, by: str, n: int) -> list[tuple[str, float]]:
 def check(http: httpx.Client, settings: Any, version: int, rng: random.Random, *, bridged: list[tuple[str, int, int]]) -> None:
     """Every answer of the visits view equals the pandas sessionization at ``version``; ``bridged``: sessions (user,
     start, end) the oracle must hold, so the late events did extend and bridge what the test means them to."""
-    sessions = sessionize(settings, version)
+    events = events_at(settings, version)
+    sessions = sessionize(events)
     for user, start, end in bridged:
         assert ((sessions.user == user) & (sessions.start == start) & (sessions.end == end)).any(), (user, start, end)
     for user in USERS:
@@ -96,6 +102,9 @@ def check(http: httpx.Client, settings: Any, version: int, rng: random.Random, *
         assert (summary["sessions"], summary["total_duration"], summary["longest"]) == \
             (len(mine), float(durations.sum()), float(durations.max())), (user, summary)
         assert summary["mean_duration"] == pytest.approx(durations.mean())
+        pages = http.get(f"/v1/views/pages_seen/keys/{user}").json()  # an all-time view written beside the sessions
+        assert pages["value"] == {"count": int((events.user == user).sum()),
+                                  "distinct_page": events[events.user == user].page.nunique()}, (user, pages)
     for _ in range(4):  # random ranges: sessions overlapping them, whole
         a = rng.randrange(0, 15_000)
         b = a + rng.randint(1, 8_000)
@@ -152,7 +161,7 @@ def test_sessions_are_exact_across_the_barrier_a_recompute_and_a_replayed_micro_
                 version = wait_caught_up(settings, speed=speed)
             assert halfway, "the fault was not injected"
         check(http, settings, version, rng, bridged=[("u0", 0, 6500), ("u1", 6000, 9000), ("u2", 100, 2700)])
-        _check_bounded(http, sessionize(settings, version))
+        _check_bounded(http, sessionize(events_at(settings, version)))
 
 
 def test_sessions_on_a_redis_cluster_written_by_spark_tasks(spark: Any, make_settings: Any, cluster_url: str,
