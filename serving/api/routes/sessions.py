@@ -33,7 +33,12 @@ Last = Annotated[QueryDuration, Query(description="The range from now minus this
 
 
 def _reads(request: Request, store: StoreDep) -> SessionReads:
-    return SessionReads(store, request.app.state.settings.max_session_top_keys)
+    """The app's session reads over its store (made once: registering their scripts hashes them)."""
+    state = request.app.state
+    reads = getattr(state, "session_reads", None)
+    if reads is None or reads.store is not store:
+        reads = state.session_reads = SessionReads(store, state.settings.max_session_top_keys)
+    return reads
 
 
 def _range(request: Request, start: RangeStart, end: RangeEnd, last: Last) -> session_answers.Range:

@@ -202,3 +202,10 @@ def _check_bounded(http: httpx.Client, sessions: pd.DataFrame) -> None:
     assert (listed["visits_bounded"]["session_gap_seconds"], listed["visits_bounded"]["max_sessions"]) == (GAP, KEEP)
     assert http.get("/v1/views/visits/keys/u0").status_code == 422  # a session view's rows are not measures
     assert http.get("/v1/views/visits/sessions/keys/nobody").status_code == 404
+    for path, params, named in (("top", {"by": "shortest"}, "by"), ("top", {"n": 0}, "n"),
+                                ("keys/u0", {"from": str(T0 + 100), "to": str(T0)}, "to"),
+                                ("keys/u0", {"last": "1h", "from": str(T0)}, "last"),
+                                ("summary/u0", {"from": "yesterday-ish"}, "from")):
+        refused = http.get(f"/v1/views/visits/sessions/{path}", params=params)
+        assert refused.status_code == 422 and named in refused.json()["detail"], (path, params, refused.text)
+    assert "not a session view" in http.get("/v1/views/pages_seen/sessions/top").json()["detail"]
