@@ -39,7 +39,7 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
   per micro-batch): appends would need an undo protocol of their own (trim a list back on a replay or
   before a commit) beside the one rows already have, and would grow with the micro-batches until a flip;
   a merged realtime row reuses the row protocol unchanged and stays within ``max_sessions``. Both are the
-  one ``merge``, so the answer is the same.
+  one ``merge``, so below the bound the answer is the same (past it, see *Bound*).
 * *Reads* take a key's batch row and committed realtime row in one atomic Lua call (as every read) and
   merge them here (``merge_parts``): a key's sessions overlapping a range (whole sessions, not cut at the
   range), a key's summary (``summary``: sessions, total and mean duration, longest), and top-N keys by
@@ -51,10 +51,16 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
   how many sessions, their total and longest duration, their first start and last end, their measures
   combined. Nothing is dropped: a summary, the total and mean duration and a top-N by session count
   include the folded sessions, and every answer names how many were folded (``folded``). What folding
-  gives up is stated there too: a folded session no longer coalesces, so a late event within ``gap`` of
-  one starts a kept session of its own (one more session than a full sessionization); a read says so by
-  ``folded`` > 0, an answer over a range that touches the folded span says it is not exact, and a larger
-  ``max_sessions`` (a logic change: recomputed) removes it.
+  gives up is stated there too: a folded session no longer coalesces, so a kept session that a full
+  sessionization would have joined to folded ones stays apart (a late event within ``gap`` of a folded
+  session starts a kept session of its own; after a merge a kept session may even be older than a folded
+  one). Such a kept session may reach far past the folded span, so what is unsure is the *uncertain span*
+  (``Part.uncertain``): the folded span widened by ``gap`` on both sides, and every kept session within it.
+  Outside it the kept sessions are exactly the full sessionization's (proof at ``Part.uncertain``); an
+  answer over a range that touches it says it is not exact, and a larger ``max_sessions`` (a logic change:
+  recomputed) removes it. Once folding happens ``merge_parts`` is no longer associative (which sessions
+  fold depends on the order parts were merged in), so the batch/speed split changes *which* sessions are
+  folded, never what lies outside the uncertain span.
 """
 
 from __future__ import annotations
@@ -195,6 +201,30 @@ class Part:
 
     sessions: tuple[Session, ...] = ()
     folded: Folded = Folded()
+
+    def uncertain(self, gap: int) -> tuple[int, int] | None:
+        """The span (first, last microsecond, inclusive) outside which this merged part's kept sessions are
+        exactly the sessions of all its events, whatever was folded; None when nothing is folded.
+
+        Why: kept sessions come out of ``merge``, so any two lie more than ``gap`` apart, and each is a subset
+        of one true session (folding only stops coalescing, it never joins). A true session with no folded
+        event is therefore exactly one kept session. A true session with a folded event chains its events
+        through folded ones (all within ``[folded.start, folded.end]``) and kept sessions, and two kept
+        sessions are never neighbours in the chain, so each of its kept sessions lies within ``gap`` of the
+        folded span. The span returned covers the folded span widened by ``gap`` both sides and every kept
+        session that reaches into that: every true session with a folded event lies inside it."""
+        f = self.folded
+        if not f.sessions or f.start is None or f.end is None:
+            return None
+        lo, hi = f.start - gap, f.end + gap
+        near = [s for s in self.sessions if s.start <= hi and s.end >= lo]
+        return min([lo] + [s.start for s in near]), max([hi] + [s.end for s in near])
+
+    def exact_in(self, gap: int, start: int, end: int) -> bool:
+        """Whether sessions overlapping ``[start, end)`` (microseconds) are exactly the sessions of all the
+        events there (``uncertain``: nothing folded, or the uncertain span apart from the range)."""
+        span = self.uncertain(gap)
+        return span is None or not (span[0] < end and span[1] >= start)
 
 
 def merge_parts(window: SessionWindow, measures: Sequence[Measure], *parts: Part) -> Part:

@@ -1,7 +1,8 @@
 """Answers of session views: a key's sessions in a range, its summary, the top keys. Merged here, in Python, by
 the one session merge (``shared_logic.sessions.merge_parts``) from the parts one atomic read took
 (``serving.store.session_reads``), so every answer is exact at the version it names unless it says otherwise
-(``exact``: sessions folded past ``max_sessions`` touch the range)."""
+(``exact``: false when the uncertain span of sessions folded past ``max_sessions`` touches the range,
+``shared_logic.sessions.Part.uncertain``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,17 @@ from serving.api.times import RelativeTime
 from serving.store.reads import Generation
 from serving.store.session_reads import SessionReads
 from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
-from shared_logic.sessions import MICROS, Folded, Part, Session, decode_part, merge_parts, overlapping, summary
+from shared_logic.sessions import (
+    MICROS,
+    Folded,
+    Part,
+    Session,
+    SessionWindow,
+    decode_part,
+    merge_parts,
+    overlapping,
+    summary,
+)
 from shared_logic.views import View
 
 
@@ -76,7 +87,7 @@ def _time(micros: int) -> datetime:
     return EPOCH + timedelta(microseconds=micros)
 
 
-def _session_view(view: View) -> Any:
+def _session_view(view: View) -> SessionWindow:
     if view.sessions is None:
         raise BadQueryError(f"view {view.name!r} is not a session view; ask GET /v1/views/{view.name}/keys/... instead")
     return view.sessions
@@ -89,12 +100,9 @@ def merged(view: View, rows: tuple[bytes, bytes]) -> Part:
 
 
 def _touched(view: View, part: Part, asked: Range) -> bool:
-    """Whether folded sessions lie in or within the gap of the range (so counts there are not exact)."""
-    f, (start, end) = part.folded, asked.micros
-    if not f.sessions or f.start is None or f.end is None:
-        return False
-    gap = view.sessions.gap_micros if view.sessions else 0
-    return f.start < end and f.end + gap >= start
+    """Whether the part's uncertain span (``Part.uncertain``: folded sessions, the gap around them and the kept
+    sessions within it) touches the range, so sessions there are not known exactly."""
+    return not part.exact_in(_session_view(view).gap_micros, *asked.micros)
 
 
 def _values(view: View, parts: Any) -> dict[str, Any]:

@@ -9,9 +9,10 @@ from pydantic import BaseModel, Field
 
 from serving.api.models import WindowSpan
 
-_EXACT = ("True when the answer is the sessions of every event through `version`. False when sessions folded past "
-          "the view's `max_sessions` lie in or next to the range (within the gap): their count there is not known "
-          "session by session, and a late event next to them started a session of its own; `folded` says how many.")
+_EXACT = ("True when the answer is the sessions of every event through `version`. False when the range touches "
+          "what sessions folded past the view's `max_sessions` make uncertain: their span widened by the gap both "
+          "sides, and any kept session reaching into that (a kept session there may belong with folded ones, which "
+          "no longer coalesce); `folded` says how many.")
 _FOLDED = "The key's oldest sessions folded into one summary past the view's max_sessions (never dropped)."
 
 

@@ -170,3 +170,46 @@ def test_a_session_view_is_checked_and_window_is_taken_as_sessions() -> None:
     view = View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
     assert view.sessions == window and view.window is None
     assert view == View("visits", keys=("user",), measures=(Count(),), sessions=window)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.integers(1, 5), st.integers(1, 3),
+       st.lists(st.tuples(st.integers(0, 24), st.integers(-2, 2), st.integers(0, 3)), min_size=2, max_size=16),
+       st.integers(0, 28), st.integers(1, 8))
+def test_an_answer_called_exact_is_the_sessions_of_all_events(gap: int, keep: int, events: list, r0: int, rlen: int) -> None:
+    """Folding past a small bound, as the layers do it: the batch part folded, each micro-batch's part folded and
+    merged into the realtime row one at a time (stored encoded), the read merging the two. Wherever the merged
+    part says a range is exact (``Part.exact_in``), its sessions overlapping the range are the oracle's, measures
+    included; the kept ones are always within the bound."""
+    window = SessionWindow(timedelta(seconds=gap), max_sessions=keep)
+
+    def stored(part: Part) -> Part:
+        return decode_part(SCALAR, encode_part(SCALAR, part))
+
+    def side(n: int) -> list[tuple[int, int, str]]:
+        return [(t * MICROS, v, "a") for t, v, s in events if s == n]
+
+    batch = stored(scalar_part(window, side(0)))
+    realtime = Part()
+    for micro_batch in (1, 2, 3):
+        if side(micro_batch):
+            realtime = stored(merge_parts(window, SCALAR, realtime, scalar_part(window, side(micro_batch))))
+    answer = merge_parts(window, SCALAR, batch, realtime)
+    assert len(answer.sessions) <= keep
+    start, end = r0 * MICROS, (r0 + rlen) * MICROS
+    truth = [(a, b, {k: v for k, v in m.items() if k != "distinct_who"})
+             for a, b, m in oracle(gap * MICROS, [(t * MICROS, v, "a") for t, v, _ in events])]
+    if answer.exact_in(window.gap_micros, start, end):
+        assert plain(overlapping(answer.sessions, start, end)) == [s for s in truth if s[0] < end and s[1] >= start]
+
+
+def test_a_kept_session_that_belongs_with_a_folded_one_is_not_exact() -> None:
+    """The review's case: gap 3 s, one session kept. Batch [0] [4] keeps [4] and folds [0]; a late event at 1 s
+    makes the kept [1, 4] (count 2) where the truth is [0, 4] (count 3): a range over 4 s alone is not exact."""
+    window = SessionWindow(timedelta(seconds=3), max_sessions=1)
+    batch = scalar_part(window, [(0, 1, "a"), (4 * MICROS, 1, "a")])
+    answer = merge_parts(window, SCALAR, batch, scalar_part(window, [(MICROS, 1, "a")]))
+    assert [(s.start, s.end) for s in answer.sessions] == [(MICROS, 4 * MICROS)] and answer.folded.sessions == 1
+    assert not answer.exact_in(window.gap_micros, 4 * MICROS, 5 * MICROS)
+    assert answer.uncertain(window.gap_micros) == (-3 * MICROS, 4 * MICROS)
+    assert answer.exact_in(window.gap_micros, 8 * MICROS, 9 * MICROS)
