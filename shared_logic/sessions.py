@@ -30,8 +30,10 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
 
 * *Parts.* A key's *part* is its session list (sorted by start, each session's measures in the view's
   order) and the ``Folded`` summary past the bound, encoded as one JSON text (``encode_part``). The batch
-  layer's gold row of a key is its part over the snapshot (``View.aggregate``: Spark's ``applyInPandas``
-  grouped by key calling ``part_of_events``, which calls ``sessions_of``), loaded into the generation's rows
+  layer's gold row of a key is its part over the snapshot (``View.aggregate``: Spark's ``applyInArrow``
+  grouped by key calling ``part_of_events``, which calls ``sessions_of``; event times reach it as integer
+  microseconds, ``F.unix_micros``, never as pandas timestamps, whose nanoseconds end in 2262 and which
+  would read Spark's session time zone), loaded into the generation's rows
   hash as the row's value. The speed layer computes each micro-batch's parts the same way and its writer
   merges them into the key's realtime row with ``merge_parts`` (Python, in the Spark task), which the
   existing guarded, undo-logged chunk call stores (``serving.store.segments``): exactly once, visible at the
@@ -46,6 +48,12 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
   session count or longest session in a range, which reads every key's rows of the view (a session count
   is not a per-pane monoid: a late event can bridge two sessions, lowering it, so no threshold merge
   applies; ``serving.store.session_reads`` states the cost and its bound).
+* *Values.* Each event's part of a measure is the measure's own ``event_part`` (a measure without one is
+  refused), merged by its own ``combine``. An integer column's sum stays an exact Python int however the
+  events were split (a JSON int is exact) and answers ``OVERFLOW`` past 64 bits; a float column's sum is a
+  float, whose last bits depend on the order of additions (as a measure view's do). Inputs that JSON would
+  not give back exactly (timestamps, dates, decimals) are refused when the rows are aggregated
+  (``check_session_inputs``), with the fix named.
 * *Bound.* ``SessionWindow.max_sessions`` (default ``DEFAULT_MAX_SESSIONS``, 1000) is how many sessions
   a key's part keeps. Past it the oldest are folded (``fold``) into one summary kept beside the list:
   how many sessions, their total and longest duration, their first start and last end, their measures
@@ -70,18 +78,17 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared_logic.errors import PipelineDefinitionError
-from shared_logic.measures import Count, Distinct, Measure, Sum
-
-if TYPE_CHECKING:
-    import pandas as pd
+from shared_logic.measures import OVERFLOW, Distinct, Measure
 
 #: Sessions a key keeps by default (``SessionWindow.max_sessions``); older ones are folded (module doc).
 DEFAULT_MAX_SESSIONS = 1_000
 #: Event times in sessions are integers in this unit (Spark timestamps are microseconds).
 MICROS = 1_000_000
+#: The range of a 64-bit integer: an integer sum past it answers ``OVERFLOW`` (``answer_values``).
+INT64 = (-(2**63), 2**63 - 1)
 #: What a session view answers per session beside its measures: no key column or measure may take these names.
 SESSION_FIELDS = ("session_start", "session_end", "duration")
 #: The column of a session view's gold rows and increments holding a key's part (``encode_part``).
@@ -239,35 +246,33 @@ def merge_parts(window: SessionWindow, measures: Sequence[Measure], *parts: Part
 
 
 def event_parts(measures: Sequence[Measure], row: Mapping[str, Any]) -> dict[str, Any]:
-    """One event's part of each measure (``row``: its column values): a count 1, a sum, min or max its value
-    (a sum's as a float, absent when null)."""
-    parts: dict[str, Any] = {}
-    for m in measures:
-        value = None if isinstance(m, Count) else _plain(row.get(m.column or ""))
-        parts[m.name] = 1 if isinstance(m, Count) else (None if value is None else float(value)) \
-            if isinstance(m, Sum) else value
-    return parts
+    """One event's part of each measure (``row``: its input columns' plain values): ``Measure.event_part``, so
+    an integer sum stays an exact Python int and a measure's own part is its own."""
+    return {m.name: m.event_part(None if m.column is None else _plain(row.get(m.column))) for m in measures}
 
 
 def _plain(value: Any) -> Any:
-    """A pandas/numpy cell as a plain Python value (None for a missing one)."""
+    """A cell as a plain Python value (None for a missing one or a NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     return value.item() if hasattr(value, "item") else value
 
 
-def part_of_events(window: SessionWindow, measures: Sequence[Measure], events: pd.DataFrame) -> Part:
-    """A key's part over its events (a pandas frame with the window's time column as UTC timestamps and the
-    measures' columns): each event a one-event session, merged (``sessions_of``), folded past the bound."""
-    import pandas as pd
-
-    # Spark hands timestamps over naive in its session time zone (UTC here, deploy.runtime.spark) or aware.
-    stamps = pd.to_datetime(events[window.time_column], utc=True)
-    times = ((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")).tolist()
-    rows = events.to_dict("records")
-    sessions = sessions_of(window.gap_micros, measures, ((t, event_parts(measures, r)) for t, r in zip(times, rows)))
-    folded, kept = fold(measures, Folded(), sessions, window.max_sessions)
+def part_of_events(window: SessionWindow, measures: Sequence[Measure],
+                   events: Iterable[tuple[int, Mapping[str, Any]]]) -> Part:
+    """A key's part over its events, each ``(time in microseconds since the epoch, its input columns)``: each
+    event a one-event session, merged (``sessions_of``), folded past the bound. Times are integers, never
+    timestamps: any accepted event time (years 1 to 9999) works, whatever Spark's session time zone."""
+    parts = ((t, event_parts(measures, row)) for t, row in events)
+    folded, kept = fold(measures, Folded(), sessions_of(window.gap_micros, measures, parts), window.max_sessions)
     return Part(kept, folded)
+
+
+def answer_values(measures: Sequence[Measure], parts: Mapping[str, Any]) -> dict[str, Any]:
+    """Each measure's answer from its part (combined with the identity, as every answer is); an integer part
+    beyond 64 bits (an integer sum kept exactly) answers ``OVERFLOW``, as a measure view's long sum does."""
+    values = {m.name: m.combine(parts.get(m.name), None) for m in measures}
+    return {k: OVERFLOW if isinstance(v, int) and not INT64[0] <= v <= INT64[1] else v for k, v in values.items()}
 
 
 def encode_part(measures: Sequence[Measure], part: Part) -> str:
@@ -299,9 +304,36 @@ def decode_part(measures: Sequence[Measure], text: str | bytes | None) -> Part:
 
 
 def check_session_measures(view: str, measures: Sequence[Measure]) -> None:
-    """A session's measures are kept per session in JSON: a distinct measure's set is refused (it would grow
-    with every session of the key)."""
+    """A session keeps each measure's part per session, made from each event by the measure's own
+    ``event_part`` and merged by its own ``combine``: a measure without ``event_part`` is refused (a distinct
+    measure's set would also grow with every session of the key)."""
     distinct = [m.name for m in measures if isinstance(m, Distinct)]
     if distinct:
         raise PipelineDefinitionError(f"view {view!r}: a session view keeps count, sum, min and max per session, not "
                                       f"distinct values {distinct}; use a windowed view for those")
+    missing = [m.name for m in measures if not m.keeps_per_event()]
+    if missing:
+        raise PipelineDefinitionError(
+            f"view {view!r}: measures {missing} have no per-event part, so a session view cannot keep them exactly; "
+            "give the measure an event_part(value) method (its part over one row, merged by its combine), or use "
+            "Count, Sum, Min or Max")
+
+
+def check_session_inputs(view: str, window: SessionWindow, measures: Sequence[Measure], types: Mapping[str, str]) -> None:
+    """The columns a session view reads, by their Spark types (``types``: name -> ``simpleString()``): the time
+    column a timestamp, each measure's input one its ``event_inputs`` takes (a session part is JSON: a
+    timestamp, date or decimal would not come back exactly). Called where the rows' schema is known
+    (``View.aggregate``, in both layers, before any row is read)."""
+    if types.get(window.time_column) != "timestamp":
+        raise PipelineDefinitionError(
+            f"view {view!r}: its session time column {window.time_column!r} is {types.get(window.time_column)}, not a "
+            "timestamp; make the pipeline's transform produce a timestamp column (UTC) or name another in "
+            "SessionWindow(time_column=...)")
+    for m in measures:
+        kind = types.get(m.column or "")
+        if m.column is not None and m.event_inputs is not None and kind not in m.event_inputs:
+            raise PipelineDefinitionError(
+                f"view {view!r}: measure {m.name!r} reads {m.column!r} of type {kind}, which a session view cannot "
+                f"keep exactly (its parts are JSON; it takes {', '.join(sorted(m.event_inputs))}); derive such a "
+                f"column in the pipeline's transform (for a time: F.unix_micros({m.column!r}); session_start and "
+                "session_end already give a session's first and last event time), or use a windowed view")

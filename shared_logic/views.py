@@ -27,12 +27,16 @@ from shared_logic.sessions import (
     SESSION_FIELDS,
     SESSIONS_COLUMN,
     SessionWindow,
+    check_session_inputs,
     check_session_measures,
     encode_part,
     part_of_events,
 )
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+#: The column holding a session view's event times as epoch microseconds on their way to ``part_of_events``
+#: (no view column can take it: names start with a letter).
+_SESSION_TIME = "__session_micros"
 #: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
 WINDOW_START = "window_start"
 #: Most panes one sliding window may cover (``size / slide``): a window is read by combining its panes.
@@ -233,20 +237,30 @@ class View:
 
 def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFrame:
     """One row per key: its keys and its part (``shared_logic.sessions.part_of_events``, JSON), computed by a
-    grouped pandas function so both layers run the one ``sessions_of``."""
-    import pandas as pd
+    grouped Arrow function so both layers run the one ``sessions_of``. Times go over as integer microseconds
+    (``F.unix_micros``: every timestamp from year 1 to 9999, no session time zone) and values as Arrow gives
+    them (an integer stays an int, a null None): no pandas conversion in between."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
 
     time, measures, keys = window.time_column, view.measures, view.keys
-    inputs = sorted({m.column for m in measures if m.column} - {time} - set(keys))
-    rows = rows.where(F.col(time).isNotNull()).select(*keys, time, *inputs)
-    key_types = {f.name: f.dataType.simpleString() for f in rows.schema.fields if f.name in keys}
+    types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
+    check_session_inputs(view.name, window, measures, types)
+    inputs = sorted({m.column for m in measures if m.column})
+    rows = rows.where(F.col(time).isNotNull()).select(
+        *keys, F.unix_micros(F.col(time)).alias(_SESSION_TIME), *(c for c in inputs if c not in keys))
+    key_fields = [f for f in rows.schema.fields if f.name in keys]
+    arrow_keys = {f.name: to_arrow_type(f.dataType, timezone="UTC") for f in key_fields}
 
-    def parts(frame: pd.DataFrame) -> pd.DataFrame:
-        part = part_of_events(window, measures, frame)
-        return pd.DataFrame({**{k: [frame[k].iloc[0]] for k in keys}, SESSIONS_COLUMN: [encode_part(measures, part)]})
+    def parts(table: pa.Table) -> pa.Table:
+        columns = {c: table.column(c).to_pylist() for c in inputs}
+        events = ((t, {c: columns[c][i] for c in inputs}) for i, t in enumerate(table.column(_SESSION_TIME).to_pylist()))
+        text = encode_part(measures, part_of_events(window, measures, events))
+        return pa.table({**{k: table.column(k).slice(0, 1).cast(arrow_keys[k]) for k in keys},
+                         SESSIONS_COLUMN: pa.array([text], pa.string())})
 
-    schema = ", ".join([f"{k} {key_types[k]}" for k in keys] + [f"{SESSIONS_COLUMN} string"])
-    return rows.groupBy(*keys).applyInPandas(parts, schema)
+    schema = ", ".join([f"{f.name} {f.dataType.simpleString()}" for f in key_fields] + [f"{SESSIONS_COLUMN} string"])
+    return rows.groupBy(*keys).applyInArrow(parts, schema)
 
 
 def _check_sessions(view: View) -> None:

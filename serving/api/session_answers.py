@@ -31,6 +31,7 @@ from shared_logic.sessions import (
     Part,
     Session,
     SessionWindow,
+    answer_values,
     decode_part,
     merge_parts,
     overlapping,
@@ -105,13 +106,9 @@ def _touched(view: View, part: Part, asked: Range) -> bool:
     return not part.exact_in(_session_view(view).gap_micros, *asked.micros)
 
 
-def _values(view: View, parts: Any) -> dict[str, Any]:
-    return {m.name: m.combine(parts.get(m.name), None) for m in view.measures}
-
-
 def _session(view: View, s: Session) -> SessionOut:
     return SessionOut(session_start=_time(s.start), session_end=_time(s.end), duration=s.duration / MICROS,
-                      value=_values(view, s.parts))
+                      value=answer_values(view.measures, s.parts))
 
 
 def _common(view: View, served: Generation, asked: Range, exact: bool) -> dict[str, Any]:
@@ -127,7 +124,7 @@ async def key_sessions(reads: SessionReads, view: View, key: str, asked: Range) 
     folded = None if not f.sessions else FoldedOut(
         sessions=f.sessions, first_start=_time(f.start) if f.start is not None else None,
         last_end=_time(f.end) if f.end is not None else None, total_duration=f.total_duration / MICROS,
-        longest=f.longest / MICROS, value=_values(view, f.parts))
+        longest=f.longest / MICROS, value=answer_values(view.measures, f.parts))
     return SessionsAnswer(**_common(view, served, asked, not _touched(view, part, asked)), key=key,
                           sessions=[_session(view, s) for s in overlapping(part.sessions, *asked.micros)], folded=folded)
 

@@ -32,6 +32,7 @@ from shared_logic.sessions import (
     merge,
     merge_parts,
     overlapping,
+    part_of_events,
     sessions_of,
     summary,
 )
@@ -112,10 +113,8 @@ SCALAR = MEASURES[:4]  # what a stored session view keeps (no distinct sets)
 
 
 def scalar_part(window: SessionWindow, events: list[tuple[int, int, str]]) -> Part:
-    sessions = sessions_of(window.gap_micros, SCALAR, ((t, {"count": 1, "sum_v": float(v), "min_v": v, "max_v": v})
-                                                       for t, v, _ in events))
-    folded, kept = fold(SCALAR, Folded(), sessions, window.max_sessions)
-    return Part(kept, folded)
+    """A part as the layers make it (``part_of_events`` over each event's time and input values)."""
+    return part_of_events(window, SCALAR, ((t, {"v": v}) for t, v, _ in events))
 
 
 @LAWS
