@@ -6,6 +6,7 @@ the one session merge (``shared_logic.sessions.merge_parts``) from the parts one
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from serving.api.session_models import (
     SessionTopAnswer,
     SessionTopEntry,
 )
+from serving.api.session_ranking import rank, score_bounds
 from serving.api.times import RelativeTime
 from serving.store.reads import Generation
 from serving.store.session_reads import SessionReads
@@ -152,22 +154,18 @@ async def _key_part(reads: SessionReads, view: View, key: str) -> tuple[Part, Ge
 
 async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longest"], n: int, asked: Range) -> SessionTopAnswer:
     """The ``n`` keys with the most sessions (``count``) or the longest session (``longest``) overlapping the range,
-    from every key's parts at one version (``serving.store.session_reads``: the cost); a 422 naming the range when
-    folded sessions of a key touch it (their count there is not known)."""
-    _session_view(view)
+    from every key's parts at one version (``serving.store.session_reads``: the cost), ranked exactly or refused
+    (``serving.api.session_ranking``: a key whose folded sessions could change the top ``n`` is a 422 naming it)."""
+    gap = _session_view(view).gap_micros
     found = await reads.every_key(view.name)
-    scored: list[tuple[float, str]] = []
-    for key, rows in found.rows.items():
-        part = merged(view, rows)
-        if _touched(view, part, asked):
-            raise BadQueryError(
-                f"from/to: key {key!r} of view {view.name!r} has sessions folded past max_sessions "
-                f"({view.sessions.max_sessions if view.sessions else 0}) in or next to this range, so a ranking "
-                "over it cannot be exact: ask for a range after them (GET .../sessions/keys/{key} shows the folded "
-                "span) or raise the view's max_sessions")
-        inside = overlapping(part.sessions, *asked.micros)
-        if inside:
-            scored.append((len(inside) if by == "count" else max(s.duration for s in inside) / MICROS, key))
-    top = sorted(scored, key=lambda vk: (-vk[0], vk[1]))[:n]
+    start, end = asked.micros
+    where = "from/to" if asked.span and asked.now is None else "from/to/last" if asked.span else \
+        "from/to/last (none given, so all time)"
+
+    def ranked() -> list[tuple[str, float]]:  # CPU work on every key's parts: off the event loop
+        bounds = ((key, score_bounds(merged(view, rows), gap, by, start, end)) for key, rows in found.rows.items())
+        return rank(view.name, bounds, by, n, where)
+
+    top = await asyncio.to_thread(ranked)
     return SessionTopAnswer(**_common(view, found.generation, asked, True), by=by, n=n,
-                            top=[SessionTopEntry(key=k, value=v) for v, k in top])
+                            top=[SessionTopEntry(key=k, value=v) for k, v in top])

@@ -70,8 +70,8 @@ class SessionTopEntry(BaseModel):
 
 
 class SessionTopAnswer(_SessionAnswer):
-    """The keys with the most sessions, or the longest session, overlapping the range: exact (keys whose folded
-    sessions touch the range make it a 422 instead)."""
+    """The keys with the most sessions, or the longest session, overlapping the range: exact (a key whose folded
+    sessions could change it makes it a 422 instead)."""
 
     by: Literal["count", "longest"]
     n: int

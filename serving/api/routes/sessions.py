@@ -85,7 +85,8 @@ async def top_keys(
     batch and realtime parts of the view (one atomic call per store bucket, all at one version), merges each
     key's sessions and ranks them here: O(keys x sessions per key) per request. A view with more rows than
     `LAMBDA_MAX_SESSION_TOP_KEYS` (default 100000) in one bucket is a 422 (ask for one key instead). A key whose
-    sessions folded past `max_sessions` touch the range makes the ranking inexact, so that is a 422 naming the
-    range and the fix, never an inexact ranking."""
+    sessions folded past `max_sessions` touch the range has its score known only within bounds: the ranking is
+    answered when no such key can reach the top `n` (all time too), else it is a 422 naming the key, the range
+    and the fix, never an inexact ranking."""
     chosen = view_of(pipeline, view)
     return await session_answers.top_keys(_reads(request, store), chosen, by, n, _range(request, start, end, last))
