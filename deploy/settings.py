@@ -107,8 +107,8 @@ class Settings(KafkaSettings):
     max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
                                "combines (one atomic threshold merge over two ranked lists a pane; 422 above).")
     max_session_top_keys: int = Field(100_000, ge=1, le=10**7, description="Session top-N: most rows read a bucket (422)")
-    batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
-                                                         "or a cron expression.")
+    session_top_bytes: int = Field(32 * 2**20, ge=2**16, le=2**30, description="Session top-N: most bytes read (422)")
+    batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or cron.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description='Per-pipeline schedules as JSON, {"payments": "15m"}; the others use '
         "LAMBDA_BATCH_SCHEDULE."

@@ -32,7 +32,7 @@ from serving.api.routes import batch, dead_letters, events, health, sessions, vi
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
-from serving.store.session_reads import TooManyKeysError
+from serving.store.session_reads import TopTooLargeError
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.event_values import ECHO_LIMIT, clip, echo
 from shared_logic.registry import load_pipeline
@@ -158,8 +158,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _store_unavailable(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return await _serving(request, UnavailableError.from_store(exc))
 
-    @app.exception_handler(TooManyKeysError)
-    async def _too_many_keys(request: Request, exc: TooManyKeysError) -> JSONResponse:
+    @app.exception_handler(TopTooLargeError)
+    async def _top_too_large(request: Request, exc: TopTooLargeError) -> JSONResponse:
         return await _serving(request, BadQueryError(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)

@@ -45,3 +45,7 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
     @property
     def max_session_top_keys(self) -> int:
         """Most rows of a session view a session top-N reads (one bucket)."""
+
+    @property
+    def session_top_bytes(self) -> int:
+        """Most bytes of session rows a session top-N reads, over every bucket (each call its share)."""

@@ -157,7 +157,6 @@ async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longes
     from every key's parts at one version (``serving.store.session_reads``: the cost), ranked exactly or refused
     (``serving.api.session_ranking``: a key whose folded sessions could change the top ``n`` is a 422 naming it)."""
     gap = _session_view(view).gap_micros
-    found = await reads.every_key(view.name)
     start, end = asked.micros
     where = "from/to" if asked.span and asked.now is None else "from/to/last" if asked.span else \
         "from/to/last (none given, so all time)"
@@ -166,6 +165,8 @@ async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longes
         bounds = ((key, score_bounds(merged(view, rows), gap, by, start, end)) for key, rows in found.rows.items())
         return rank(view.name, bounds, by, n, where)
 
-    top = await asyncio.to_thread(ranked)
+    async with reads.tops:  # the rows read and their merge held by at most TOPS_AT_ONCE top-Ns
+        found = await reads.every_key(view.name)
+        top = await asyncio.to_thread(ranked)
     return SessionTopAnswer(**_common(view, found.generation, asked, True), by=by, n=n,
                             top=[SessionTopEntry(key=k, value=v) for k, v in top])

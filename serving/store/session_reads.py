@@ -10,8 +10,12 @@ it). These scripts hand both back as they are; the caller merges them with the o
 (a late event can bridge two sessions, lowering the count), so no ranking or threshold merge bounds the
 read: a top-N reads every key's two rows of the view, one call per bucket (atomic in its bucket; the
 buckets agree on one generation and version, as every top-N), and ranks them in the API process: exact,
-at O(keys x sessions per key) read and merged per request. ``max_keys`` bounds it: a view with more rows
-than that is refused (``TooManyKeysError``) rather than blocking Redis for long.
+at O(keys x sessions per key) read and merged per request. Two bounds keep one call from blocking Redis
+or flooding the API (a row at ``max_sessions`` = 1000 with four measures is about 50 KB): ``max_keys`` rows
+a bucket (``HLEN``, before anything is read) and ``max_bytes`` bytes over all buckets, each call its share:
+the call reads its rows with ``HSCAN`` and stops as soon as the bytes read pass its share, so its work and
+reply stay within it. Past either the top-N is refused (``TopTooLargeError``, a 422 naming the setting)
+rather than blocking Redis; at most ``TOPS_AT_ONCE`` top-Ns of one API process read and merge at once.
 """
 
 from __future__ import annotations
@@ -36,27 +40,51 @@ end
 return {generation, processed, meta, batch, redis.call('HGET', rows_key(sp, ''), key) or ''}
 """
 
-# ARGV: prefix, view, most rows. Every batch row (key, row...) and committed realtime row (key, row...; '' =
-# none) of the bucket, or {generation, processed, meta, 'too many', rows} past the most.
+# ARGV: prefix, view, most rows, most bytes. Every batch row (key, row...) and committed realtime row (key, row...;
+# '' = none) of the bucket; {generation, processed, meta, 'too many', rows} past the most rows (nothing read), or
+# {generation, processed, meta, 'too big', bytes} as soon as the keys and rows read pass the most bytes.
 _ALL = HEADER + """
 local rows = redis.call('HLEN', rows_key(bp, '')) + redis.call('HLEN', rows_key(sp, ''))
 if rows > tonumber(ARGV[3]) then return {generation, processed, meta, 'too many', rows} end
-local realtime = redis.call('HGETALL', rows_key(sp, ''))
+local budget, used = tonumber(ARGV[4]), 0
+local function scan(hash)  -- the hash's fields and values, flat; nil once the bytes read pass the budget
+  local out, cursor = {}, '0'
+  repeat
+    local page = redis.call('HSCAN', hash, cursor, 'COUNT', 128)
+    cursor = page[1]
+    local items = page[2]
+    for t = 1, #items, 2 do
+      used = used + #items[t] + #items[t + 1]
+      if used > budget then return nil end
+      out[#out + 1] = items[t]
+      out[#out + 1] = items[t + 1]
+    end
+  until cursor == '0'
+  return out
+end
+local batch = scan(rows_key(bp, ''))
+local realtime = batch and scan(rows_key(sp, ''))
+if not realtime then return {generation, processed, meta, 'too big', used} end
 if uncommitted(sp, '') then
-  local undo = redis.call('HGETALL', undo_key(sp, ''))
-  local saved = {}
-  for t = 1, #undo, 2 do saved[undo[t]] = undo[t + 1] end
+  local undo = undo_key(sp, '')
   for t = 1, #realtime, 2 do
-    local before = saved[realtime[t]]
-    if before then realtime[t + 1] = before end
+    local before = redis.call('HGET', undo, realtime[t])
+    if before then
+      used = used + #before
+      if used > budget then return {generation, processed, meta, 'too big', used} end
+      realtime[t + 1] = before
+    end
   end
 end
-return {generation, processed, meta, redis.call('HGETALL', rows_key(bp, '')), realtime}
+return {generation, processed, meta, batch, realtime}
 """
 
+#: Session top-Ns one API process reads and merges at once (each holds up to ``max_bytes`` of rows).
+TOPS_AT_ONCE = 2
 
-class TooManyKeysError(StoreError):
-    """A session top-N would read more rows than its bound (``SessionReads.max_keys``)."""
+
+class TopTooLargeError(StoreError):
+    """A session top-N would read more rows or bytes than its bounds (``SessionReads.max_keys``, ``max_bytes``)."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +96,12 @@ class SessionRows:
 
 
 class SessionReads:
-    """Atomic reads of a session view's parts through ``store`` (its checks: generation, view, versions)."""
+    """Atomic reads of a session view's parts through ``store`` (its checks: generation, view, versions).
+    ``tops``: held by a session top-N while it reads and merges (``TOPS_AT_ONCE``)."""
 
-    def __init__(self, store: ServingStore, max_keys: int) -> None:
-        self.store, self.max_keys = store, max_keys
+    def __init__(self, store: ServingStore, max_keys: int, max_bytes: int) -> None:
+        self.store, self.max_keys, self.max_bytes = store, max_keys, max_bytes
+        self.tops = asyncio.Semaphore(TOPS_AT_ONCE)
         self._key = store.client.register_script(_KEY)
         self._all = store.client.register_script(_ALL)
 
@@ -83,22 +113,29 @@ class SessionReads:
         return SessionRows(self.store.served(view, generation, processed, meta), rows)
 
     async def every_key(self, view: str) -> SessionRows:
-        """Every key's parts of ``view``, all buckets at one generation and version. TooManyKeysError past
-        ``max_keys`` rows in a bucket."""
+        """Every key's parts of ``view``, all buckets at one generation and version. TopTooLargeError past
+        ``max_keys`` rows in a bucket or past ``max_bytes`` read (each bucket's call its share)."""
         buckets = list(self.store.keys.all_buckets())
-        replies = await self.store.consistent(view, lambda: asyncio.gather(*(self._bucket(b, view) for b in buckets)))
+        share = max(1, self.max_bytes // len(buckets))
+        replies = await self.store.consistent(view, lambda: asyncio.gather(*(self._bucket(b, view, share) for b in buckets)))
         rows: dict[str, tuple[bytes, bytes]] = {}
         for reply in replies:
             if reply[3] == b"too many":
-                raise TooManyKeysError(
+                raise TopTooLargeError(
                     f"view {view!r} holds {int(reply[4]):,} rows in one part of the store, more than a session top-N "
                     f"reads ({self.max_keys:,}, LAMBDA_MAX_SESSION_TOP_KEYS): ask for a key's sessions instead")
+            if reply[3] == b"too big":
+                raise TopTooLargeError(
+                    f"view {view!r}: a session top-N would read more than {self.max_bytes:,} bytes of session rows "
+                    f"(LAMBDA_SESSION_TOP_BYTES; {share:,} from each of {len(buckets)} part(s) of the store): ask for a "
+                    "key's sessions instead, or raise LAMBDA_SESSION_TOP_BYTES (each top-N then holds Redis and the "
+                    "API longer)")
             _collect(rows, reply[3], 0)
             _collect(rows, reply[4], 1)
         return SessionRows(self.store.served(view, *replies[0][:3]), rows)
 
-    async def _bucket(self, bucket: Keys, view: str) -> list:
-        return await self.store.call(self._all, bucket, [bucket.prefix, view, self.max_keys])
+    async def _bucket(self, bucket: Keys, view: str, share: int) -> list:
+        return await self.store.call(self._all, bucket, [bucket.prefix, view, self.max_keys, share])
 
 
 def _collect(rows: dict[str, tuple[bytes, bytes]], flat: list, side: int) -> None:

@@ -37,7 +37,8 @@ def _reads(request: Request, store: StoreDep) -> SessionReads:
     state = request.app.state
     reads = getattr(state, "session_reads", None)
     if reads is None or reads.store is not store:
-        reads = state.session_reads = SessionReads(store, state.settings.max_session_top_keys)
+        settings = state.settings
+        reads = state.session_reads = SessionReads(store, settings.max_session_top_keys, settings.session_top_bytes)
     return reads
 
 
@@ -84,7 +85,8 @@ async def top_keys(
     sessions and lower it), so no ranking kept in Redis can be merged by a threshold: the read takes every key's
     batch and realtime parts of the view (one atomic call per store bucket, all at one version), merges each
     key's sessions and ranks them here: O(keys x sessions per key) per request. A view with more rows than
-    `LAMBDA_MAX_SESSION_TOP_KEYS` (default 100000) in one bucket is a 422 (ask for one key instead). A key whose
+    `LAMBDA_MAX_SESSION_TOP_KEYS` (default 100000) in one bucket, or more than `LAMBDA_SESSION_TOP_BYTES` of session
+    rows (default 32 MiB, each Redis call reading at most its share), is a 422 (ask for one key instead). A key whose
     sessions folded past `max_sessions` touch the range has its score known only within bounds: the ranking is
     answered when no such key can reach the top `n` (all time too), else it is a 422 naming the key, the range
     and the fix, never an inexact ranking."""
