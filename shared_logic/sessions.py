@@ -85,6 +85,10 @@ from shared_logic.measures import OVERFLOW, Distinct, Measure
 
 #: Sessions a key keeps by default (``SessionWindow.max_sessions``); older ones are folded (module doc).
 DEFAULT_MAX_SESSIONS = 1_000
+#: The most ``max_sessions`` may be: a key's row (about 50 bytes a session and measure) is read, merged and
+#: written whole by every read of the key and every micro-batch that touches it, and a key read answers every
+#: kept session of its range at once.
+MAX_SESSIONS_LIMIT = 10_000
 #: Event times in sessions are integers in this unit (Spark timestamps are microseconds).
 MICROS = 1_000_000
 #: The range of a 64-bit integer: an integer sum past it answers ``OVERFLOW`` (``answer_values``).
@@ -99,8 +103,9 @@ SESSIONS_COLUMN = "sessions"
 class SessionWindow:
     """Sessions of each key: maximal runs of its events no more than ``gap`` apart (event time, UTC).
 
-    ``max_sessions``: how many sessions a key keeps; older ones are folded into one summary that answers
-    carry (see the module doc), never dropped."""
+    ``max_sessions``: how many sessions a key keeps, 1 to ``MAX_SESSIONS_LIMIT`` (10,000: every cost of a key's
+    row grows with it); older ones are folded into one summary that answers carry (see the module doc), never
+    dropped."""
 
     gap: timedelta
     time_column: str = "event_time"
@@ -111,12 +116,14 @@ class SessionWindow:
         if seconds < 1 or seconds != int(seconds):
             raise PipelineDefinitionError(f"SessionWindow gap must be a whole number of seconds >= 1, got {self.gap} "
                                           "(e.g. timedelta(minutes=30))")
-        if type(self.max_sessions) is not int or self.max_sessions < 1:
-            raise PipelineDefinitionError(f"SessionWindow max_sessions must be a whole number >= 1, got "
-                                          f"{self.max_sessions!r}; leave it out for {DEFAULT_MAX_SESSIONS}")
+        if type(self.max_sessions) is not int or not 1 <= self.max_sessions <= MAX_SESSIONS_LIMIT:
+            raise PipelineDefinitionError(f"SessionWindow max_sessions must be a whole number from 1 to "
+                                          f"{MAX_SESSIONS_LIMIT:,}, got {self.max_sessions!r}; leave it out for "
+                                          f"{DEFAULT_MAX_SESSIONS}")
 
     @property
     def gap_micros(self) -> int:
+        """The gap in microseconds, the unit of session times."""
         return int(self.gap.total_seconds()) * MICROS
 
 

@@ -149,7 +149,7 @@ async def _key_part(reads: SessionReads, view: View, key: str) -> tuple[Part, Ge
     found = await reads.key(view.name, key)
     if key not in found.rows:
         raise NotFoundError(f"key {key!r} has no events in view {view.name!r} at version {found.generation.version}")
-    return merged(view, found.rows[key]), found.generation
+    return await asyncio.to_thread(merged, view, found.rows[key]), found.generation  # up to MAX_SESSIONS_LIMIT
 
 
 async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longest"], n: int, asked: Range) -> SessionTopAnswer:

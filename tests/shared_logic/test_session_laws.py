@@ -150,6 +150,7 @@ def test_overlapping_takes_whole_sessions() -> None:
     (timedelta(seconds=1.5), 10, ["gap", "1.5"]),
     (timedelta(minutes=30), 0, ["max_sessions", "1000"]),
     (timedelta(minutes=30), True, ["max_sessions"]),
+    (timedelta(minutes=30), 10_001, ["max_sessions", "10,000", "1000"]),
 ])
 def test_a_session_window_that_cannot_work_names_the_fix(gap: timedelta, keep: Any, words: list[str]) -> None:
     with pytest.raises(PipelineDefinitionError) as raised:
