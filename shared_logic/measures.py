@@ -80,7 +80,7 @@ class Measure(ABC):
         """The monoid operation on two parts (``None`` is the identity)."""
 
     #: Spark column types (``DataType.simpleString()``) ``event_part`` takes; None: any (checked when a session
-    #: view's rows are aggregated, ``shared_logic.sessions.check_session_inputs``).
+    #: view's rows are aggregated, ``shared_logic.session_parts.check_session_inputs``).
     event_inputs: ClassVar[frozenset[str] | None] = None
 
     def event_part(self, value: Any) -> Any:

@@ -29,9 +29,9 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
 **Storage and reads (as built).**
 
 * *Parts.* A key's *part* is its session list (sorted by start, each session's measures in the view's
-  order) and the ``Folded`` summary past the bound, encoded as one JSON text (``encode_part``). The batch
+  order) and the ``Folded`` summary past the bound, encoded as one JSON text (``shared_logic.session_parts.encode_part``). The batch
   layer's gold row of a key is its part over the snapshot (``View.aggregate``: Spark's ``applyInArrow``
-  grouped by key calling ``part_of_events``, which calls ``sessions_of``; event times reach it as integer
+  grouped by key calling ``session_parts.part_of_events``, which calls ``sessions_of``; event times reach it as integer
   microseconds, ``F.unix_micros``, never as pandas timestamps, whose nanoseconds end in 2262 and which
   would read Spark's session time zone), loaded into the generation's rows
   hash as the row's value. The speed layer computes each micro-batch's parts the same way and its writer
@@ -53,7 +53,7 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
   events were split (a JSON int is exact) and answers ``OVERFLOW`` past 64 bits; a float column's sum is a
   float, whose last bits depend on the order of additions (as a measure view's do). Inputs that JSON would
   not give back exactly (timestamps, dates, decimals) are refused when the rows are aggregated
-  (``check_session_inputs``), with the fix named.
+  (``session_parts.check_session_inputs``), with the fix named.
 * *Bound.* ``SessionWindow.max_sessions`` (default ``DEFAULT_MAX_SESSIONS``, 1000) is how many sessions
   a key's part keeps. Past it the oldest are folded (``fold``) into one summary kept beside the list:
   how many sessions, their total and longest duration, their first start and last end, their measures
@@ -73,15 +73,13 @@ checks the laws and the homomorphism (hypothesis) against a gap sessionization w
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from shared_logic.errors import PipelineDefinitionError
-from shared_logic.measures import OVERFLOW, Distinct, Measure
+from shared_logic.measures import Distinct, Measure
 
 #: Sessions a key keeps by default (``SessionWindow.max_sessions``); older ones are folded (module doc).
 DEFAULT_MAX_SESSIONS = 1_000
@@ -91,8 +89,6 @@ DEFAULT_MAX_SESSIONS = 1_000
 MAX_SESSIONS_LIMIT = 10_000
 #: Event times in sessions are integers in this unit (Spark timestamps are microseconds).
 MICROS = 1_000_000
-#: The range of a 64-bit integer: an integer sum past it answers ``OVERFLOW`` (``answer_values``).
-INT64 = (-(2**63), 2**63 - 1)
 #: What a session view answers per session beside its measures: no key column or measure may take these names.
 SESSION_FIELDS = ("session_start", "session_end", "duration")
 #: The column of a session view's gold rows and increments holding a key's part (``encode_part``).
@@ -252,64 +248,6 @@ def merge_parts(window: SessionWindow, measures: Sequence[Measure], *parts: Part
     return Part(kept, folded)
 
 
-def event_parts(measures: Sequence[Measure], row: Mapping[str, Any]) -> dict[str, Any]:
-    """One event's part of each measure (``row``: its input columns' plain values): ``Measure.event_part``, so
-    an integer sum stays an exact Python int and a measure's own part is its own."""
-    return {m.name: m.event_part(None if m.column is None else _plain(row.get(m.column))) for m in measures}
-
-
-def _plain(value: Any) -> Any:
-    """A cell as a plain Python value (None for a missing one or a NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value.item() if hasattr(value, "item") else value
-
-
-def part_of_events(window: SessionWindow, measures: Sequence[Measure],
-                   events: Iterable[tuple[int, Mapping[str, Any]]]) -> Part:
-    """A key's part over its events, each ``(time in microseconds since the epoch, its input columns)``: each
-    event a one-event session, merged (``sessions_of``), folded past the bound. Times are integers, never
-    timestamps: any accepted event time (years 1 to 9999) works, whatever Spark's session time zone."""
-    parts = ((t, event_parts(measures, row)) for t, row in events)
-    folded, kept = fold(measures, Folded(), sessions_of(window.gap_micros, measures, parts), window.max_sessions)
-    return Part(kept, folded)
-
-
-def answer_values(measures: Sequence[Measure], parts: Mapping[str, Any]) -> dict[str, Any]:
-    """Each measure's answer from its part (combined with the identity, as every answer is); an integer part
-    beyond 64 bits (an integer sum kept exactly) answers ``OVERFLOW``, as a measure view's long sum does."""
-    values = {m.name: m.combine(parts.get(m.name), None) for m in measures}
-    return {k: OVERFLOW if isinstance(v, int) and not INT64[0] <= v <= INT64[1] else v for k, v in values.items()}
-
-
-def encode_part(measures: Sequence[Measure], part: Part) -> str:
-    """A part as the JSON text gold rows and Redis rows keep: ``{"s": [[start, end, [measures...]]...],
-    "f": null or [sessions, total, longest, start, end, [measures...]]}`` (measures in the view's order;
-    an overflowed sum as the string ``"overflow"``)."""
-    def values(parts: Mapping[str, Any]) -> list[Any]:
-        return [_finite(parts.get(m.name)) for m in measures]
-    f = part.folded
-    folded = None if not f.sessions else [f.sessions, f.total_duration, f.longest, f.start, f.end, values(f.parts)]
-    return json.dumps({"s": [[s.start, s.end, values(s.parts)] for s in part.sessions], "f": folded},
-                      separators=(",", ":"))
-
-
-def _finite(value: Any) -> Any:
-    return "overflow" if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def decode_part(measures: Sequence[Measure], text: str | bytes | None) -> Part:
-    """``encode_part`` undone; no text (a key without a row) is the empty part."""
-    if not text:
-        return Part()
-    raw = json.loads(text)
-    names = [m.name for m in measures]
-    sessions = tuple(Session(s, e, dict(zip(names, v))) for s, e, v in raw["s"])
-    f = raw.get("f")
-    folded = Folded() if not f else Folded(f[0], f[1], f[2], f[3], f[4], dict(zip(names, f[5])))
-    return Part(sessions, folded)
-
-
 def check_session_measures(view: str, measures: Sequence[Measure]) -> None:
     """A session keeps each measure's part per session, made from each event by the measure's own
     ``event_part`` and merged by its own ``combine``: a measure without ``event_part`` is refused (a distinct
@@ -324,23 +262,3 @@ def check_session_measures(view: str, measures: Sequence[Measure]) -> None:
             f"view {view!r}: measures {missing} have no per-event part, so a session view cannot keep them exactly; "
             "give the measure an event_part(value) method (its part over one row, merged by its combine), or use "
             "Count, Sum, Min or Max")
-
-
-def check_session_inputs(view: str, window: SessionWindow, measures: Sequence[Measure], types: Mapping[str, str]) -> None:
-    """The columns a session view reads, by their Spark types (``types``: name -> ``simpleString()``): the time
-    column a timestamp, each measure's input one its ``event_inputs`` takes (a session part is JSON: a
-    timestamp, date or decimal would not come back exactly). Called where the rows' schema is known
-    (``View.aggregate``, in both layers, before any row is read)."""
-    if types.get(window.time_column) != "timestamp":
-        raise PipelineDefinitionError(
-            f"view {view!r}: its session time column {window.time_column!r} is {types.get(window.time_column)}, not a "
-            "timestamp; make the pipeline's transform produce a timestamp column (UTC) or name another in "
-            "SessionWindow(time_column=...)")
-    for m in measures:
-        kind = types.get(m.column or "")
-        if m.column is not None and m.event_inputs is not None and kind not in m.event_inputs:
-            raise PipelineDefinitionError(
-                f"view {view!r}: measure {m.name!r} reads {m.column!r} of type {kind}, which a session view cannot "
-                f"keep exactly (its parts are JSON; it takes {', '.join(sorted(m.event_inputs))}); derive such a "
-                f"column in the pipeline's transform (for a time: F.unix_micros({m.column!r}); session_start and "
-                "session_end already give a session's first and last event time), or use a windowed view")

@@ -23,15 +23,8 @@ from pyspark.sql import functions as F
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
-from shared_logic.sessions import (
-    SESSION_FIELDS,
-    SESSIONS_COLUMN,
-    SessionWindow,
-    check_session_inputs,
-    check_session_measures,
-    encode_part,
-    part_of_events,
-)
+from shared_logic.session_parts import check_session_inputs, encode_part, part_of_events
+from shared_logic.sessions import SESSION_FIELDS, SESSIONS_COLUMN, SessionWindow, check_session_measures
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: The column holding a session view's event times as epoch microseconds on their way to ``part_of_events``
@@ -236,7 +229,7 @@ class View:
 
 
 def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFrame:
-    """One row per key: its keys and its part (``shared_logic.sessions.part_of_events``, JSON), computed by a
+    """One row per key: its keys and its part (``shared_logic.session_parts.part_of_events``, JSON), computed by a
     grouped Arrow function so both layers run the one ``sessions_of``. Times go over as integer microseconds
     (``F.unix_micros``: every timestamp from year 1 to 9999, no session time zone) and values as Arrow gives
     them (an integer stays an int, a null None): no pandas conversion in between."""

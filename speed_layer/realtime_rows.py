@@ -10,7 +10,7 @@ single-threaded part of the write, and decoding, folding and re-encoding rows in
 several times what storing them does. Redis then only checks that the rows are still the ones
 merged from (``speed_layer.segments``) and stores the results.
 
-A session view's realtime row is its key's session part instead (``shared_logic.sessions.encode_part``): a
+A session view's realtime row is its key's session part instead (``shared_logic.session_parts.encode_part``): a
 micro-batch's parts are merged into it by the one session merge (``merge_sessions``), folded past the view's
 ``max_sessions``, and stored through the same guarded, undo-logged call as any row.
 
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import orjson
 
 from shared_logic.measures import OVERFLOW_PART, Measure
-from shared_logic.sessions import SessionWindow, decode_part, encode_part, merge_parts
+from shared_logic.session_parts import decode_part, encode_part
+from shared_logic.sessions import SessionWindow, merge_parts
 
 
 @dataclass
@@ -83,7 +84,7 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
 
 def merge_sessions(old: bytes | str | None, increments: Sequence[str | None], window: SessionWindow,
                    measures: Sequence[Measure]) -> Merged:
-    """A session view's realtime row (its key's part, ``shared_logic.sessions.encode_part``) with a micro-batch's
+    """A session view's realtime row (its key's part, ``shared_logic.session_parts.encode_part``) with a micro-batch's
     parts merged in by the one session merge (``merge_parts``): no score, no sketch."""
     parts = [decode_part(measures, old), *(decode_part(measures, text) for text in increments if text)]
     merged = merge_parts(window, measures, *parts)

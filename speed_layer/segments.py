@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -50,6 +50,7 @@ from serving.store.segments import (
     read_rows,
 )
 from shared_logic.measures import Count, Max, Measure, Min, Sum
+from shared_logic.session_parts import row_bytes
 from shared_logic.sessions import SESSIONS_COLUMN, SessionWindow
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
+#: About the most bytes of session rows one guarded call reads and writes (``WriteSpec.chunk_rows``).
+CHUNK_BYTES = 8 * 2**20
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 
@@ -86,6 +89,13 @@ class WriteSpec:
     continues: bool = False
     #: Session views: view name -> its SessionWindow and measures (their rows merge by the session merge).
     sessions: dict[str, tuple[SessionWindow, tuple[Measure, ...]]] = field(default_factory=dict)
+
+    def chunk_rows(self, view: str) -> int:
+        """Rows one guarded call of ``view`` carries at most: ``chunk``, fewer for a session view, whose rows (read,
+        merged and written whole, up to ``max_sessions`` sessions each) then stay within about ``CHUNK_BYTES`` a
+        call. Fixed by the view's definition, so a replay cuts the same chunks."""
+        session = self.sessions.get(view)
+        return self.chunk if session is None else max(1, min(self.chunk, CHUNK_BYTES // row_bytes(*session)))
 
     @property
     def micro_batch(self) -> MicroBatchWrite:
@@ -157,11 +167,11 @@ def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: re
     return Written(rows, time.monotonic() - started)
 
 
-def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) of consecutive rows of one view, at most ``chunk`` long."""
+def _runs(views: list[str], chunk: Callable[[str], int]) -> Iterator[tuple[int, int]]:
+    """(start, stop) of consecutive rows of one view, at most ``chunk(view)`` long."""
     start = 0
     for i in range(1, len(views) + 1):
-        if i == len(views) or views[i] != views[start] or i - start >= chunk:
+        if i == len(views) or views[i] != views[start] or i - start >= chunk(views[start]):
             yield start, i
             start = i
 
@@ -241,7 +251,7 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
-        for start, stop in _runs(columns[VIEW], spec.chunk):
+        for start, stop in _runs(columns[VIEW], spec.chunk_rows):
             view = columns[VIEW][start]
             # One guarded call per bucket the chunk's rows fall in (one slot each, on a cluster).
             for b, indexes in _by_bucket(keys, columns[KEY], start, stop).items():

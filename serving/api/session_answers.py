@@ -27,18 +27,8 @@ from serving.api.times import RelativeTime
 from serving.store.reads import Generation
 from serving.store.session_reads import SessionReads
 from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
-from shared_logic.sessions import (
-    MICROS,
-    Folded,
-    Part,
-    Session,
-    SessionWindow,
-    answer_values,
-    decode_part,
-    merge_parts,
-    overlapping,
-    summary,
-)
+from shared_logic.session_parts import answer_values, decode_part
+from shared_logic.sessions import MICROS, Folded, Part, Session, SessionWindow, merge_parts, overlapping, summary
 from shared_logic.views import View
 
 

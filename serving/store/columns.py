@@ -77,7 +77,7 @@ def row_value_column(view: View) -> Column:
     ``row_parts`` order, scalars as doubles (Java's shortest round-tripping spelling; null when
     absent; an overflowed sum, infinite, as ``OVERFLOW_JSON``: JSON has no infinity), each distinct
     measure's values as an array, or null above ``EXACT_DISTINCT_MAX``. A session view's row is its key's
-    session part as ``View.aggregate`` encoded it (``shared_logic.sessions.encode_part``)."""
+    session part as ``View.aggregate`` encoded it (``shared_logic.session_parts.encode_part``)."""
     if view.sessions is not None:
         return F.col(SESSIONS_COLUMN)
     parts = []

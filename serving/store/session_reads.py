@@ -1,6 +1,6 @@
 """Reads of session views (``shared_logic.sessions``), each atomic: a key's parts, or every key's.
 
-A session view's row is its key's session part (JSON, ``shared_logic.sessions.encode_part``), one in the
+A session view's row is its key's session part (JSON, ``shared_logic.session_parts.encode_part``), one in the
 generation's rows hash and one, merged by the speed layer's writer, in the realtime segment's (the same
 undo-logged rows as every view: a row a micro-batch not yet committed has changed reads as saved before
 it). These scripts hand both back as they are; the caller merges them with the one session merge

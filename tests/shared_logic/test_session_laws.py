@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from shared_logic.errors import PipelineDefinitionError
 from shared_logic.measures import Count, Distinct, Max, Min, Sum
+from shared_logic.session_parts import decode_part, encode_part, part_of_events
 from shared_logic.sessions import (
     DEFAULT_MAX_SESSIONS,
     MICROS,
@@ -26,13 +27,10 @@ from shared_logic.sessions import (
     Part,
     Session,
     SessionWindow,
-    decode_part,
-    encode_part,
     fold,
     merge,
     merge_parts,
     overlapping,
-    part_of_events,
     sessions_of,
     summary,
 )

@@ -15,16 +15,8 @@ from pyspark.sql import functions as F
 from shared_logic.errors import PipelineDefinitionError
 from shared_logic.event_values import EPOCH
 from shared_logic.measures import OVERFLOW, Count, Max, Measure, Min, Sum
-from shared_logic.sessions import (
-    Part,
-    SessionWindow,
-    answer_values,
-    check_session_inputs,
-    decode_part,
-    encode_part,
-    merge_parts,
-    part_of_events,
-)
+from shared_logic.session_parts import answer_values, check_session_inputs, decode_part, encode_part, part_of_events
+from shared_logic.sessions import Part, SessionWindow, merge_parts
 from shared_logic.views import View
 
 WINDOW = SessionWindow(timedelta(seconds=10))

@@ -13,7 +13,8 @@ import pytest
 from shared_logic.errors import PipelineDefinitionError
 from shared_logic.event_values import EPOCH
 from shared_logic.measures import Count, Max, Min, Sum
-from shared_logic.sessions import SessionWindow, decode_part
+from shared_logic.session_parts import decode_part
+from shared_logic.sessions import SessionWindow
 from shared_logic.views import View
 
 UTC = timezone.utc

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from serving.api.session_ranking import UncertainRankingError, rank, score_bounds
 from shared_logic.measures import Count
-from shared_logic.sessions import MICROS, Part, SessionWindow, merge_parts, part_of_events
+from shared_logic.session_parts import part_of_events
+from shared_logic.sessions import MICROS, Part, SessionWindow, merge_parts
 
 MEASURES = (Count(),)
 ALL_TIME = (-(2**62), 2**62)

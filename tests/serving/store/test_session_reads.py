@@ -16,7 +16,8 @@ from serving.store.reader import ServingStore
 from serving.store.session import PipelineStore
 from serving.store.session_reads import SessionReads, TopTooLargeError
 from shared_logic.measures import Count
-from shared_logic.sessions import SESSIONS_COLUMN, SessionWindow, encode_part, part_of_events
+from shared_logic.session_parts import encode_part, part_of_events
+from shared_logic.sessions import SESSIONS_COLUMN, SessionWindow
 
 MEASURES = (Count(),)
 WINDOW = SessionWindow(timedelta(seconds=10))
