@@ -185,7 +185,12 @@ class ServingStore:
             raise self._unavailable(e) from e
         return SpeedHeartbeat.from_hash(status)
 
+    def register(self, script: str) -> AsyncScript:
+        """A read script of this store's (``serving.store.session_reads``'s too), hashed once, for ``call``."""
+        return self._client.register_script(script)
+
     async def call(self, script: AsyncScript, bucket: Keys, args: list) -> list:
+        """``script``'s reply in ``bucket`` (StoreUnavailableError: Redis unreachable or nothing published)."""
         try:
             async with self._in_flight:
                 reply = await script(keys=[bucket.current], args=args)

@@ -102,8 +102,8 @@ class SessionReads:
     def __init__(self, store: ServingStore, max_keys: int, max_bytes: int) -> None:
         self.store, self.max_keys, self.max_bytes = store, max_keys, max_bytes
         self.tops = asyncio.Semaphore(TOPS_AT_ONCE)
-        self._key = store.client.register_script(_KEY)
-        self._all = store.client.register_script(_ALL)
+        self._key = store.register(_KEY)
+        self._all = store.register(_ALL)
 
     async def key(self, view: str, key: str) -> SessionRows:
         """``key``'s batch and realtime parts of ``view``, in one call."""
