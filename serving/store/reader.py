@@ -258,9 +258,9 @@ class ServingStore:
             parts.update(ask.candidates(reply[3]))
         return RangeTopRead(self.served(view, *replies[0][:3]), parts)
 
-    async def consistent(self, view: str, ask_all: Callable[[], Awaitable[list]]) -> list[list]:
-        """Every bucket's reply, asked again until they all name one generation and realtime version."""
-        for _ in range(_CONSISTENT_TRIES):
+    async def consistent(self, view: str, ask_all: Callable[[], Awaitable[list]], tries: int = _CONSISTENT_TRIES) -> list[list]:
+        """Every bucket's reply, asked again (``tries`` times at most) until they name one generation and version."""
+        for _ in range(tries):
             replies = await ask_all()
             if len({(reply[0], reply[1]) for reply in replies}) == 1:
                 return replies

@@ -15,7 +15,8 @@ or flooding the API (a row at ``max_sessions`` = 1000 with four measures is abou
 a bucket (``HLEN``, before anything is read) and ``max_bytes`` bytes over all buckets, each call its share:
 the call reads its rows with ``HSCAN`` and stops as soon as the bytes read pass its share, so its work and
 reply stay within it. Past either the top-N is refused (``TopTooLargeError``, a 422 naming the setting)
-rather than blocking Redis; at most ``TOPS_AT_ONCE`` top-Ns of one API process read and merge at once.
+rather than blocking Redis; at most ``TOPS_AT_ONCE`` top-Ns of one API process read and merge at once, and
+one asks the buckets again at most ``_CONSISTENT_TRIES`` times when a commit lands between their calls.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ return {generation, processed, meta, batch, realtime}
 
 #: Session top-Ns one API process reads and merges at once (each holds up to ``max_bytes`` of rows).
 TOPS_AT_ONCE = 2
+#: How often a session top-N reads every bucket again when they answered at different versions (each
+#: round reads up to ``max_bytes``; the store's other top-Ns, whose rounds are small, try more).
+_CONSISTENT_TRIES = 5
 
 
 class TopTooLargeError(StoreError):
@@ -117,7 +121,8 @@ class SessionReads:
         ``max_keys`` rows in a bucket or past ``max_bytes`` read (each bucket's call its share)."""
         buckets = list(self.store.keys.all_buckets())
         share = max(1, self.max_bytes // len(buckets))
-        replies = await self.store.consistent(view, lambda: asyncio.gather(*(self._bucket(b, view, share) for b in buckets)))
+        replies = await self.store.consistent(
+            view, lambda: asyncio.gather(*(self._bucket(b, view, share) for b in buckets)), _CONSISTENT_TRIES)
         rows: dict[str, tuple[bytes, bytes]] = {}
         for reply in replies:
             if reply[3] == b"too many":
