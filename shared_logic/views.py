@@ -28,7 +28,7 @@ from shared_logic.sessions import SESSION_FIELDS, SESSIONS_COLUMN, SessionWindow
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: The column holding a session view's event times as epoch microseconds on their way to ``part_of_events``
-#: (no view column can take it: names start with a letter).
+#: (a key or measure column of that name is refused).
 _SESSION_TIME = "__session_micros"
 #: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
 WINDOW_START = "window_start"
@@ -240,6 +240,9 @@ def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFr
     types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
     check_session_inputs(view.name, window, measures, types)
     inputs = sorted({m.column for m in measures if m.column})
+    if _SESSION_TIME in (*keys, *inputs):
+        raise PipelineDefinitionError(f"view {view.name!r}: a session view names its event times {_SESSION_TIME!r}; "
+                                      "rename that column in the pipeline's transform")
     rows = rows.where(F.col(time).isNotNull()).select(
         *keys, F.unix_micros(F.col(time)).alias(_SESSION_TIME), *(c for c in inputs if c not in keys))
     key_fields = [f for f in rows.schema.fields if f.name in keys]
