@@ -155,6 +155,8 @@ class View:
     name: str
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
+    #: A pane window. ``window=SessionWindow(...)`` is accepted too and moved to ``sessions`` at construction, so
+    #: once built ``window`` is what this annotation says (the type checker wants ``sessions=`` for it).
     window: TumblingWindow | SlidingWindow | None = None
     derived: tuple[Derived, ...] = ()
     description: str = ""
