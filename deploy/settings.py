@@ -97,8 +97,7 @@ class Settings(KafkaSettings):
         f"each key at least {check.MIN_API_KEY_LENGTH} characters."
     )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest ingest request body (413 above).")
-    ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000,
-                                          description="How long an ingest commit waits to gather concurrent requests.")
+    ingest_group_commit_ms: float = Field(5.0, ge=0, le=1000, description="Wait gathering concurrent ingests.")
     max_range_panes: int = Field(2_000, ge=1, le=100_000, description="Most panes (windows of a tumbling view, slides "
                                  "of a sliding one) a key read or key listing combines: one atomic read (422 above).")
     max_top_panes: int = Field(288, ge=1, le=100_000, description="Most panes a top-N over a range or sliding window "
@@ -107,8 +106,9 @@ class Settings(KafkaSettings):
                                "its work grows with both, each key it ranks is looked up in every pane.")
     top_call_budget: int = Field(20_000, ge=1, description="Most work (entries read + lookups) one Lua call of a "
                                  "top-N over several panes does (0.2 s of Redis at most); more goes on in more calls.")
-    batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') "
-                                                         "or a cron expression.")
+    max_session_top_keys: int = Field(100_000, ge=1, le=10**7, description="Session top-N: most rows read a bucket (422)")
+    session_top_bytes: int = Field(32 * 2**20, ge=2**16, le=2**30, description="Session top-N: most bytes read (422)")
+    batch_schedule: str | None = Field(None, description="Scheduled recomputes: an interval ('300s', '15m', '1h') or cron.")
     batch_schedules: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description='Per-pipeline schedules as JSON, {"payments": "15m"}; the others use '
         "LAMBDA_BATCH_SCHEDULE."

@@ -35,6 +35,8 @@ from pyspark.sql import functions as F
 OVERFLOW = "overflow"
 #: How an overflowed sum's part is kept (gold tables, Redis rows and rankings): absorbing, whatever its sign.
 OVERFLOW_PART = math.inf
+#: Spark column types (``DataType.simpleString()``) a session part keeps exactly as a JSON number.
+NUMBER_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double"})
 
 
 def overflowed(value: Any) -> bool:
@@ -77,6 +79,25 @@ class Measure(ABC):
     def combine(self, a: Any, b: Any) -> Any:
         """The monoid operation on two parts (``None`` is the identity)."""
 
+    #: Spark column types (``DataType.simpleString()``) ``event_part`` takes; None: any (checked when a session
+    #: view's rows are aggregated, ``shared_logic.session_parts.check_session_inputs``).
+    event_inputs: ClassVar[frozenset[str] | None] = None
+
+    def event_part(self, value: Any) -> Any:
+        """This measure's part over one row whose input holds ``value`` (a plain Python value; ``None``: null or
+        no column), as a session view keeps it per session (``shared_logic.sessions``, JSON).
+
+        Guarantee an override gives: ``combine`` over the ``event_part`` of any rows equals ``aggregate`` over
+        them (the view's answer is then the measure's own), and the part is a JSON value (int, float, str,
+        bool or None). A measure that does not override it is refused in a session view when the view is
+        defined (``keeps_per_event``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-event part: it cannot be in a session view")
+
+    @classmethod
+    def keeps_per_event(cls) -> bool:
+        """Whether this measure defines ``event_part``, so a session view can keep it."""
+        return cls.event_part is not Measure.event_part
+
 
 @dataclass(frozen=True)
 class Count(Measure):
@@ -91,6 +112,9 @@ class Count(Measure):
 
     def combine(self, a: Any, b: Any) -> Any:
         return (a or 0) + (b or 0)
+
+    def event_part(self, value: Any) -> Any:
+        return 1
 
 
 @dataclass(frozen=True)
@@ -119,6 +143,13 @@ class Sum(Measure):
         total = (0 if a is None else a) + (0 if b is None else b)
         return OVERFLOW if overflowed(total) else total
 
+    #: A session part keeps an integer column's sum as a Python int (exact, whatever the split: see
+    #: ``shared_logic.sessions``), a float column's as a float.
+    event_inputs: ClassVar[frozenset[str] | None] = NUMBER_TYPES
+
+    def event_part(self, value: Any) -> Any:
+        return value
+
 
 @dataclass(frozen=True)
 class Min(Measure):
@@ -133,6 +164,11 @@ class Min(Measure):
     def combine(self, a: Any, b: Any) -> Any:
         return unsigned_zero(b if a is None else a if b is None else min(a, b))
 
+    event_inputs: ClassVar[frozenset[str] | None] = NUMBER_TYPES | {"string", "boolean"}
+
+    def event_part(self, value: Any) -> Any:
+        return value
+
 
 @dataclass(frozen=True)
 class Max(Measure):
@@ -146,6 +182,11 @@ class Max(Measure):
 
     def combine(self, a: Any, b: Any) -> Any:
         return unsigned_zero(b if a is None else a if b is None else max(a, b))
+
+    event_inputs: ClassVar[frozenset[str] | None] = NUMBER_TYPES | {"string", "boolean"}
+
+    def event_part(self, value: Any) -> Any:
+        return value
 
 
 @dataclass(frozen=True)

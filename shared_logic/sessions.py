@@ -26,28 +26,49 @@ whatever side of the barrier an event fell on. A late event may extend a session
 bridge two batch sessions into one: both are just coalescing. ``tests/shared_logic/test_session_laws.py``
 checks the laws and the homomorphism (hypothesis) against a gap sessionization written there.
 
-**Storage and reads (the design the layers follow; not built yet).**
+**Storage and reads (as built).**
 
-* *Parts.* A view row is a key's session list (sorted by start, measures in the view's row layout),
-  one for the batch part (the generation) and, in the realtime segment, one list per micro-batch
-  appended under the existing exactly-once guard (no read-modify-write in Lua: the Lua write appends;
-  merging stays in this module only). Both layers compute a part's sessions the same way: per key,
-  events sorted by time, each event a one-event session, folded with ``merge`` (Spark's
-  ``applyInPandas`` grouped by key calling ``sessions_of``), so neither layer has its own copy.
-* *Reads* take the batch list and the realtime appends of a key in one atomic Lua call (as every read)
-  and merge them here: a key's sessions overlapping a range (whole sessions, not cut at the range), a
-  key's summary (``summary``: sessions, total and mean duration, longest), and top-N keys by session
-  count or longest session in a range, which reads the candidates' lists (a session count is not a
-  per-pane monoid: a late event can bridge two sessions, lowering it, so no threshold merge applies;
-  the candidates are every key with a session in the range, bounded like a key listing's page).
+* *Parts.* A key's *part* is its session list (sorted by start, each session's measures in the view's
+  order) and the ``Folded`` summary past the bound, encoded as one JSON text (``shared_logic.session_parts.encode_part``). The batch
+  layer's gold row of a key is its part over the snapshot (``View.aggregate``: Spark's ``applyInArrow``
+  grouped by key calling ``session_parts.part_of_events``, which calls ``sessions_of``; event times reach it as integer
+  microseconds, ``F.unix_micros``, never as pandas timestamps, whose nanoseconds end in 2262 and which
+  would read Spark's session time zone), loaded into the generation's rows
+  hash as the row's value. The speed layer computes each micro-batch's parts the same way and its writer
+  merges them into the key's realtime row with ``merge_parts`` (Python, in the Spark task), which the
+  existing guarded, undo-logged chunk call stores (``serving.store.segments``): exactly once, visible at the
+  micro-batch's commit, Lua never decoding a session. *Changed from the first design* (one list appended
+  per micro-batch): appends would need an undo protocol of their own (trim a list back on a replay or
+  before a commit) beside the one rows already have, and would grow with the micro-batches until a flip;
+  a merged realtime row reuses the row protocol unchanged and stays within ``max_sessions``. Both are the
+  one ``merge``, so below the bound the answer is the same (past it, see *Bound*).
+* *Reads* take a key's batch row and committed realtime row in one atomic Lua call (as every read) and
+  merge them here (``merge_parts``): a key's sessions overlapping a range (whole sessions, not cut at the
+  range), a key's summary (``summary``: sessions, total and mean duration, longest), and top-N keys by
+  session count or longest session in a range, which reads every key's rows of the view (a session count
+  is not a per-pane monoid: a late event can bridge two sessions, lowering it, so no threshold merge
+  applies; ``serving.store.session_reads`` states the cost and its bound).
+* *Values.* Each event's part of a measure is the measure's own ``event_part`` (a measure without one is
+  refused), merged by its own ``combine``. An integer column's sum stays an exact Python int however the
+  events were split (a JSON int is exact) and answers ``OVERFLOW`` past 64 bits; a float column's sum is a
+  float, whose last bits depend on the order of additions (as a measure view's do). Inputs that JSON would
+  not give back exactly (timestamps, dates, decimals) are refused when the rows are aggregated
+  (``session_parts.check_session_inputs``), with the fix named.
 * *Bound.* ``SessionWindow.max_sessions`` (default ``DEFAULT_MAX_SESSIONS``, 1000) is how many sessions
-  a key's merged list keeps. Past it the oldest are folded (``fold``) into one summary kept beside the
-  list: how many sessions, their total and longest duration, their first start and last end, their
-  measures combined. Nothing is dropped: a summary, the total and mean duration and a top-N by session
-  count include the folded sessions, and every answer names how many were folded (``folded``). What
-  folding gives up is stated there too: a folded session no longer coalesces, so a late event within
-  ``gap`` of one starts a kept session of its own (one more session than a full sessionization); a read
-  says so by ``folded`` > 0, and a larger ``max_sessions`` (a logic change: recomputed) removes it.
+  a key's part keeps. Past it the oldest are folded (``fold``) into one summary kept beside the list:
+  how many sessions, their total and longest duration, their first start and last end, their measures
+  combined. Nothing is dropped: a summary, the total and mean duration and a top-N by session count
+  include the folded sessions, and every answer names how many were folded (``folded``). What folding
+  gives up is stated there too: a folded session no longer coalesces, so a kept session that a full
+  sessionization would have joined to folded ones stays apart (a late event within ``gap`` of a folded
+  session starts a kept session of its own; after a merge a kept session may even be older than a folded
+  one). Such a kept session may reach far past the folded span, so what is unsure is the *uncertain span*
+  (``Part.uncertain``): the folded span widened by ``gap`` on both sides, and every kept session within it.
+  Outside it the kept sessions are exactly the full sessionization's (proof at ``Part.uncertain``); an
+  answer over a range that touches it says it is not exact, and a larger ``max_sessions`` (a logic change:
+  recomputed) removes it. Once folding happens ``merge_parts`` is no longer associative (which sessions
+  fold depends on the order parts were merged in), so the batch/speed split changes *which* sessions are
+  folded, never what lies outside the uncertain span.
 """
 
 from __future__ import annotations
@@ -58,22 +79,29 @@ from datetime import timedelta
 from typing import Any
 
 from shared_logic.errors import PipelineDefinitionError
-from shared_logic.measures import Measure
+from shared_logic.measures import Distinct, Measure
 
 #: Sessions a key keeps by default (``SessionWindow.max_sessions``); older ones are folded (module doc).
 DEFAULT_MAX_SESSIONS = 1_000
+#: The most ``max_sessions`` may be: a key's row (about 50 bytes a session and measure) is read, merged and
+#: written whole by every read of the key and every micro-batch that touches it, and a key read answers every
+#: kept session of its range at once.
+MAX_SESSIONS_LIMIT = 10_000
 #: Event times in sessions are integers in this unit (Spark timestamps are microseconds).
 MICROS = 1_000_000
 #: What a session view answers per session beside its measures: no key column or measure may take these names.
 SESSION_FIELDS = ("session_start", "session_end", "duration")
+#: The column of a session view's gold rows and increments holding a key's part (``encode_part``).
+SESSIONS_COLUMN = "sessions"
 
 
 @dataclass(frozen=True)
 class SessionWindow:
     """Sessions of each key: maximal runs of its events no more than ``gap`` apart (event time, UTC).
 
-    ``max_sessions``: how many sessions a key keeps; older ones are folded into one summary that answers
-    carry (see the module doc), never dropped."""
+    ``max_sessions``: how many sessions a key keeps, 1 to ``MAX_SESSIONS_LIMIT`` (10,000: every cost of a key's
+    row grows with it); older ones are folded into one summary that answers carry (see the module doc), never
+    dropped."""
 
     gap: timedelta
     time_column: str = "event_time"
@@ -84,12 +112,14 @@ class SessionWindow:
         if seconds < 1 or seconds != int(seconds):
             raise PipelineDefinitionError(f"SessionWindow gap must be a whole number of seconds >= 1, got {self.gap} "
                                           "(e.g. timedelta(minutes=30))")
-        if type(self.max_sessions) is not int or self.max_sessions < 1:
-            raise PipelineDefinitionError(f"SessionWindow max_sessions must be a whole number >= 1, got "
-                                          f"{self.max_sessions!r}; leave it out for {DEFAULT_MAX_SESSIONS}")
+        if type(self.max_sessions) is not int or not 1 <= self.max_sessions <= MAX_SESSIONS_LIMIT:
+            raise PipelineDefinitionError(f"SessionWindow max_sessions must be a whole number from 1 to "
+                                          f"{MAX_SESSIONS_LIMIT:,}, got {self.max_sessions!r}; leave it out for "
+                                          f"{DEFAULT_MAX_SESSIONS}")
 
     @property
     def gap_micros(self) -> int:
+        """The gap in microseconds, the unit of session times."""
         return int(self.gap.total_seconds()) * MICROS
 
 
@@ -166,3 +196,69 @@ def summary(sessions: Sequence[Session], folded: Folded = Folded()) -> dict[str,
     longest = max([s.duration for s in sessions] + [folded.longest])
     return {"sessions": count, "total_duration": total, "mean_duration": total / count if count else None,
             "longest": longest if count else None, "folded": folded.sessions}
+
+
+def combine_folded(measures: Sequence[Measure], a: Folded, b: Folded) -> Folded:
+    """Two folded summaries as one (their sessions, durations and spans added up, measures combined)."""
+    starts, ends = [x for x in (a.start, b.start) if x is not None], [x for x in (a.end, b.end) if x is not None]
+    return Folded(a.sessions + b.sessions, a.total_duration + b.total_duration, max(a.longest, b.longest),
+                  min(starts) if starts else None, max(ends) if ends else None, _combined(measures, a.parts, b.parts))
+
+
+@dataclass(frozen=True)
+class Part:
+    """A key's sessions in one part of the events (batch, realtime, or merged): kept ones and the folded."""
+
+    sessions: tuple[Session, ...] = ()
+    folded: Folded = Folded()
+
+    def uncertain(self, gap: int) -> tuple[int, int] | None:
+        """The span (first, last microsecond, inclusive) outside which this merged part's kept sessions are
+        exactly the sessions of all its events, whatever was folded; None when nothing is folded.
+
+        Why: kept sessions come out of ``merge``, so any two lie more than ``gap`` apart, and each is a subset
+        of one true session (folding only stops coalescing, it never joins). A true session with no folded
+        event is therefore exactly one kept session. A true session with a folded event chains its events
+        through folded ones (all within ``[folded.start, folded.end]``) and kept sessions, and two kept
+        sessions are never neighbours in the chain, so each of its kept sessions lies within ``gap`` of the
+        folded span. The span returned covers the folded span widened by ``gap`` both sides and every kept
+        session that reaches into that: every true session with a folded event lies inside it."""
+        f = self.folded
+        if not f.sessions or f.start is None or f.end is None:
+            return None
+        lo, hi = f.start - gap, f.end + gap
+        near = [s for s in self.sessions if s.start <= hi and s.end >= lo]
+        return min([lo] + [s.start for s in near]), max([hi] + [s.end for s in near])
+
+    def exact_in(self, gap: int, start: int, end: int) -> bool:
+        """Whether sessions overlapping ``[start, end)`` (microseconds) are exactly the sessions of all the
+        events there (``uncertain``: nothing folded, or the uncertain span apart from the range)."""
+        span = self.uncertain(gap)
+        return span is None or not (span[0] < end and span[1] >= start)
+
+
+def merge_parts(window: SessionWindow, measures: Sequence[Measure], *parts: Part) -> Part:
+    """The parts' sessions merged (``merge``), their folded summaries combined, and the oldest folded past
+    ``window.max_sessions``: how the speed layer's writer and every read combine parts."""
+    merged = merge(window.gap_micros, measures, *(p.sessions for p in parts))
+    folded = Folded()
+    for p in parts:
+        folded = combine_folded(measures, folded, p.folded)
+    folded, kept = fold(measures, folded, merged, window.max_sessions)
+    return Part(kept, folded)
+
+
+def check_session_measures(view: str, measures: Sequence[Measure]) -> None:
+    """A session keeps each measure's part per session, made from each event by the measure's own
+    ``event_part`` and merged by its own ``combine``: a measure without ``event_part`` is refused (a distinct
+    measure's set would also grow with every session of the key)."""
+    distinct = [m.name for m in measures if isinstance(m, Distinct)]
+    if distinct:
+        raise PipelineDefinitionError(f"view {view!r}: a session view keeps count, sum, min and max per session, not "
+                                      f"distinct values {distinct}; use a windowed view for those")
+    missing = [m.name for m in measures if not m.keeps_per_event()]
+    if missing:
+        raise PipelineDefinitionError(
+            f"view {view!r}: measures {missing} have no per-event part, so a session view cannot keep them exactly; "
+            "give the measure an event_part(value) method (its part over one row, merged by its combine), or use "
+            "Count, Sum, Min or Max")

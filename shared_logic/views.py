@@ -23,9 +23,13 @@ from pyspark.sql import functions as F
 
 from shared_logic.errors import PipelineDefinitionError, UnknownNameError
 from shared_logic.measures import Derived, Distinct, Measure
-from shared_logic.sessions import SESSION_FIELDS, SessionWindow
+from shared_logic.session_parts import check_session_inputs, encode_part, part_of_events
+from shared_logic.sessions import SESSION_FIELDS, SESSIONS_COLUMN, SessionWindow, check_session_measures
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+#: The column holding a session view's event times as epoch microseconds on their way to ``part_of_events``
+#: (a key or measure column of that name is refused).
+_SESSION_TIME = "__session_micros"
 #: Column holding a windowed row's pane start (UTC timestamp) in gold tables.
 WINDOW_START = "window_start"
 #: Most panes one sliding window may cover (``size / slide``): a window is read by combining its panes.
@@ -141,14 +145,22 @@ class View:
     Guarantee: for any split of the input rows into parts, combining each part's ``aggregate``
     with the measures' monoids gives the ``aggregate`` of all rows. That is what makes the merged
     batch + realtime answer exact.
+
+    A *session view* (``sessions=SessionWindow(gap)``; ``window=SessionWindow(gap)`` is taken as the same)
+    keeps each key's sessions instead (``shared_logic.sessions``): one row per key, its part encoded in
+    ``SESSIONS_COLUMN``, merged with the one session merge instead of a monoid. Its ``window`` is None (it
+    has no panes).
     """
 
     name: str
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
+    #: A pane window. ``window=SessionWindow(...)`` is accepted too and moved to ``sessions`` at construction, so
+    #: once built ``window`` is what this annotation says (the type checker wants ``sessions=`` for it).
     window: TumblingWindow | SlidingWindow | None = None
     derived: tuple[Derived, ...] = ()
     description: str = ""
+    sessions: SessionWindow | None = None
     _by_name: dict[str, Measure] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -176,7 +188,7 @@ class View:
                     f"view {self.name!r}: derived value {d.name!r} needs measures {missing}; add them to the view"
                 )
         object.__setattr__(self, "_by_name", {m.name: m for m in self.measures})
-        _not_sessions_yet(self, self.window)
+        _check_sessions(self)
 
     @property
     def group_columns(self) -> tuple[str, ...]:
@@ -200,7 +212,8 @@ class View:
 
     def aggregate(self, rows: DataFrame) -> DataFrame:
         """One row per key (and window) with every measure's part. Rows with a null key are dropped."""
-        missing = [c for c in self.keys + ((self.window.time_column,) if self.window else ()) if c not in rows.columns]
+        timed = self.window or self.sessions
+        missing = [c for c in self.keys + ((timed.time_column,) if timed else ()) if c not in rows.columns]
         if missing:
             raise PipelineDefinitionError(
                 f"view {self.name!r} needs columns {missing} that the pipeline's transform does not produce "
@@ -212,18 +225,55 @@ class View:
             groups.append(self.window.column())
         for k in self.keys:
             rows = rows.where(F.col(k).isNotNull())
+        if self.sessions is not None:
+            return _session_parts(self, self.sessions, rows)
         return rows.groupBy(*groups).agg(*(m.aggregate() for m in self.measures))
 
 
-def _not_sessions_yet(view: View, window: object) -> None:
-    """A session view is checked (its names), then refused: the batch and speed layers do not store sessions yet
-    (``shared_logic.sessions`` holds the merge and the storage design they will follow)."""
-    if not isinstance(window, SessionWindow):
+def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFrame:
+    """One row per key: its keys and its part (``shared_logic.session_parts.part_of_events``, JSON), computed by a
+    grouped Arrow function so both layers run the one ``sessions_of``. Times go over as integer microseconds
+    (``F.unix_micros``: every timestamp from year 1 to 9999, no session time zone) and values as Arrow gives
+    them (an integer stays an int, a null None): no pandas conversion in between."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    time, measures, keys = window.time_column, view.measures, view.keys
+    types = {f.name: f.dataType.simpleString() for f in rows.schema.fields}
+    check_session_inputs(view.name, window, measures, types)
+    inputs = sorted({m.column for m in measures if m.column})
+    if _SESSION_TIME in (*keys, *inputs):
+        raise PipelineDefinitionError(f"view {view.name!r}: a session view names its event times {_SESSION_TIME!r}; "
+                                      "rename that column in the pipeline's transform")
+    rows = rows.where(F.col(time).isNotNull()).select(
+        *keys, F.unix_micros(F.col(time)).alias(_SESSION_TIME), *(c for c in inputs if c not in keys))
+    key_fields = [f for f in rows.schema.fields if f.name in keys]
+    arrow_keys = {f.name: to_arrow_type(f.dataType, timezone="UTC") for f in key_fields}
+
+    def parts(table: pa.Table) -> pa.Table:
+        columns = {c: table.column(c).to_pylist() for c in inputs}
+        events = ((t, {c: columns[c][i] for c in inputs}) for i, t in enumerate(table.column(_SESSION_TIME).to_pylist()))
+        text = encode_part(measures, part_of_events(window, measures, events))
+        return pa.table({**{k: table.column(k).slice(0, 1).cast(arrow_keys[k]) for k in keys},
+                         SESSIONS_COLUMN: pa.array([text], pa.string())})
+
+    schema = ", ".join([f"{f.name} {f.dataType.simpleString()}" for f in key_fields] + [f"{SESSIONS_COLUMN} string"])
+    return rows.groupBy(*keys).applyInArrow(parts, schema)
+
+
+def _check_sessions(view: View) -> None:
+    """A session view: ``window=SessionWindow(...)`` taken as ``sessions=``, its names and measures checked."""
+    if isinstance(view.window, SessionWindow):
+        if view.sessions is not None:
+            raise PipelineDefinitionError(f"view {view.name!r}: give its SessionWindow once (sessions=...)")
+        object.__setattr__(view, "sessions", view.window)
+        object.__setattr__(view, "window", None)
+    if view.sessions is None:
         return
-    clash = ({m.name for m in view.measures} | set(view.keys)) & set(SESSION_FIELDS)
+    if view.window is not None:
+        raise PipelineDefinitionError(f"view {view.name!r}: a session view has no panes; drop window= or sessions=")
+    clash = ({m.name for m in view.measures} | set(view.keys)) & {*SESSION_FIELDS, SESSIONS_COLUMN}
     if clash:
         raise PipelineDefinitionError(f"view {view.name!r}: {sorted(clash)} name what a session view answers per "
                                       f"session ({', '.join(SESSION_FIELDS)}); rename the key column or measure")
-    raise PipelineDefinitionError(
-        f"view {view.name!r}: SessionWindow is defined (shared_logic.sessions) but the batch and speed layers do not "
-        "store sessions yet; use a TumblingWindow or SlidingWindow for now")
+    check_session_measures(view.name, view.measures)

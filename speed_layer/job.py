@@ -236,6 +236,7 @@ class SpeedLayer:
         spec = WriteSpec(
             self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, plan.tag, tuple(bases),
             {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk, continues=plan.continues,
+            sessions={v.name: (v.sessions, v.measures) for v in self.pipeline.views if v.sessions is not None},
         )
         increments = functools.reduce(DataFrame.unionByName, encoded)
         if plan.driver is not None:

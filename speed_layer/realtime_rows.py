@@ -10,6 +10,10 @@ single-threaded part of the write, and decoding, folding and re-encoding rows in
 several times what storing them does. Redis then only checks that the rows are still the ones
 merged from (``speed_layer.segments``) and stores the results.
 
+A session view's realtime row is its key's session part instead (``shared_logic.session_parts.encode_part``): a
+micro-batch's parts are merged into it by the one session merge (``merge_sessions``), folded past the view's
+``max_sessions``, and stored through the same guarded, undo-logged call as any row.
+
 A sum that leaves what a double holds is kept as ``inf`` (``shared_logic.measures.OVERFLOW_PART``, whatever
 its sign: it absorbs every later increment, as the batch part's does), its score too: never an error, so
 no micro-batch fails on it. Increments are finite otherwise (poison events are left out upstream).
@@ -23,7 +27,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from shared_logic.measures import OVERFLOW_PART
+from shared_logic.measures import OVERFLOW_PART, Measure
+from shared_logic.session_parts import decode_part, encode_part
+from shared_logic.sessions import SessionWindow, merge_parts
 
 
 @dataclass
@@ -74,6 +80,15 @@ def merge(old: bytes | str | None, kinds: Sequence[str], values: Sequence[Sequen
             parts[nk + j] = union
             adds.append(_NO_VALUES)
     return Merged(orjson.dumps(parts), scores, sketched, adds)
+
+
+def merge_sessions(old: bytes | str | None, increments: Sequence[str | None], window: SessionWindow,
+                   measures: Sequence[Measure]) -> Merged:
+    """A session view's realtime row (its key's part, ``shared_logic.session_parts.encode_part``) with a micro-batch's
+    parts merged in by the one session merge (``merge_parts``): no score, no sketch."""
+    parts = [decode_part(measures, old), *(decode_part(measures, text) for text in increments if text)]
+    merged = merge_parts(window, measures, *parts)
+    return Merged(encode_part(measures, merged).encode(), [""], [], [])
 
 
 #: What a row that keeps its values as a list adds to a sketch (shared: never changed).

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
@@ -49,10 +49,12 @@ from serving.store.segments import (
     apply_script,
     read_rows,
 )
-from shared_logic.measures import Count, Max, Min, Sum
+from shared_logic.measures import Count, Max, Measure, Min, Sum
+from shared_logic.session_parts import row_bytes
+from shared_logic.sessions import SESSIONS_COLUMN, SessionWindow
 from shared_logic.views import WINDOW_START, View
 from speed_layer.errors import EpochChangedError
-from speed_layer.realtime_rows import merge
+from speed_layer.realtime_rows import merge, merge_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
+#: About the most bytes of session rows one guarded call reads and writes (``WriteSpec.chunk_rows``).
+CHUNK_BYTES = 8 * 2**20
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
 
 
@@ -83,6 +87,15 @@ class WriteSpec:
     #: The micro-batch goes on under the tag of one left uncommitted (it ended inside a version): rows that one
     #: wrote are saved in the undo logs already, with their value from before it.
     continues: bool = False
+    #: Session views: view name -> its SessionWindow and measures (their rows merge by the session merge).
+    sessions: dict[str, tuple[SessionWindow, tuple[Measure, ...]]] = field(default_factory=dict)
+
+    def chunk_rows(self, view: str) -> int:
+        """Rows one guarded call of ``view`` carries at most: ``chunk``, fewer for a session view, whose rows (read,
+        merged and written whole, up to ``max_sessions`` sessions each) then stay within about ``CHUNK_BYTES`` a
+        call. Fixed by the view's definition, so a replay cuts the same chunks."""
+        session = self.sessions.get(view)
+        return self.chunk if session is None else max(1, min(self.chunk, CHUNK_BYTES // row_bytes(*session)))
 
     @property
     def micro_batch(self) -> MicroBatchWrite:
@@ -91,6 +104,8 @@ class WriteSpec:
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    if view.sessions is not None:  # one value: the key's session part
+        return ((SESSIONS_COLUMN, SESSIONS_COLUMN),), ()
     scalars = tuple((m.name, _KINDS[type(m)]) for m in view.scalar_measures)
     return scalars, tuple(m.name for m in view.distinct_measures)
 
@@ -103,6 +118,8 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
     # Through double, as the batch loader writes them: sorted-set scores are numbers.
     values = [F.col(m.name).cast("double").cast("string") for m in view.scalar_measures]
     members = [F.col(m.name) for m in view.distinct_measures]
+    if view.sessions is not None:  # a key's session part, as is
+        values, members = [F.col(SESSIONS_COLUMN)], []
     values += [F.lit(None).cast("string")] * (width[0] - len(values))
     members += [F.lit(None).cast("array<string>")] * (width[1] - len(members))
     return increments.select(
@@ -150,11 +167,11 @@ def write_increments_from_driver(encoded: DataFrame, spec: WriteSpec, client: re
     return Written(rows, time.monotonic() - started)
 
 
-def _runs(views: list[str], chunk: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) of consecutive rows of one view, at most ``chunk`` long."""
+def _runs(views: list[str], chunk: Callable[[str], int]) -> Iterator[tuple[int, int]]:
+    """(start, stop) of consecutive rows of one view, at most ``chunk(view)`` long."""
     start = 0
     for i in range(1, len(views) + 1):
-        if i == len(views) or views[i] != views[start] or i - start >= chunk:
+        if i == len(views) or views[i] != views[start] or i - start >= chunk(views[start]):
             yield start, i
             start = i
 
@@ -192,8 +209,14 @@ def _window_writes(spec: WriteSpec, view: str, columns: dict[str, list], windows
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
     writes = []
+    session = spec.sessions.get(view)
     for ((base, start), by_key), old in zip(windows.items(), olds):
-        merged: list[MergedRow] = [
+        if session is not None:
+            merged: list[MergedRow] = [merge_sessions(before, [values[0][r] for r in rs], *session)
+                                       for before, rs in zip(old, by_key.values())]
+            writes.append(WindowWrite(base, start, list(by_key), old, merged))
+            continue
+        merged = [
             merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
                   spec.exact_max)
             for before, rs in zip(old, by_key.values())]
@@ -228,7 +251,7 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
     rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
     try:
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
-        for start, stop in _runs(columns[VIEW], spec.chunk):
+        for start, stop in _runs(columns[VIEW], spec.chunk_rows):
             view = columns[VIEW][start]
             # One guarded call per bucket the chunk's rows fall in (one slot each, on a cluster).
             for b, indexes in _by_bucket(keys, columns[KEY], start, stop).items():

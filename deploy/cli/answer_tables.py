@@ -1,4 +1,4 @@
-"""The API's view answers as terminal tables (``lambda-platform query``, ``top``, ``keys``).
+"""The API's view answers as terminal tables (``lambda-platform query``, ``top``, ``keys``; session views too).
 
 Each function takes the JSON the API returned, unchanged, so ``--json`` and the table show the same
 answer; numbers are printed as the API gave them (exact integers stay integers).
@@ -80,6 +80,59 @@ def keys_table(view: str, entries: Sequence[dict[str, Any]]) -> Table:
     for entry in entries:
         table.add_row(escape(str(entry["key"])), *(_cell(entry["value"].get(m)) for m in measures))
     return table
+
+
+def sessions_table(answer: dict[str, Any]) -> Table:
+    """A key's sessions in the range, oldest first: start, end, duration and the measures; folded ones under it."""
+    measures: list[str] = []
+    for session in answer["sessions"]:
+        measures.extend(m for m in session["value"] if m not in measures)
+    table = Table(title=_session_title(f"{answer['view']} [bold]{escape(answer['key'])}[/]: sessions", answer),
+                  caption=_session_caption(answer))
+    for column in ("start", "end", "duration s", *measures):
+        table.add_column(column, justify="left" if column in ("start", "end") else "right")
+    for session in answer["sessions"]:
+        table.add_row(session["session_start"], session["session_end"], _cell(session["duration"]),
+                      *(_cell(session["value"].get(m)) for m in measures))
+    return table
+
+
+def summary_table(answer: dict[str, Any]) -> Table:
+    """A key's session summary: a row per figure."""
+    table = Table(title=_session_title(f"{answer['view']} [bold]{escape(answer['key'])}[/]: session summary", answer),
+                  caption=_session_caption(answer))
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for figure in ("sessions", "total_duration", "mean_duration", "longest", "folded"):
+        table.add_row(figure.replace("_", " ") + (" s" if "duration" in figure or figure == "longest" else ""),
+                      _cell(answer[figure]))
+    return table
+
+
+def session_top_table(answer: dict[str, Any]) -> Table:
+    """The keys ranked by session count or longest session, highest first."""
+    by = "sessions" if answer["by"] == "count" else "longest session s"
+    table = Table(title=_session_title(f"top {answer['n']} of {answer['view']} by {by}", answer),
+                  caption=_session_caption(answer))
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column(by, justify="right")
+    for rank, entry in enumerate(answer["top"], start=1):
+        table.add_row(str(rank), escape(entry["key"]), _cell(entry["value"]))
+    return table
+
+
+def _session_title(title: str, answer: dict[str, Any]) -> str:
+    span = answer.get("range")
+    return title + (f", {span['start']} .. {span['end']}" if span else ", all time") + \
+        (f" (now = {answer['now']})" if answer.get("now") else "")
+
+
+def _session_caption(answer: dict[str, Any]) -> str:
+    if answer["exact"]:
+        return _exact_as_of(answer)
+    return (f"NOT exact at master version {answer['version']}: sessions folded past the view's max_sessions touch "
+            "this range (see folded)")
 
 
 def _exact_as_of(answer: dict[str, Any]) -> str:

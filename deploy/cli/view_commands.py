@@ -11,7 +11,15 @@ import argparse
 import json
 from typing import Any
 
-from deploy.cli.answer_tables import key_table, keys_table, top_table, windows_table
+from deploy.cli.answer_tables import (
+    key_table,
+    keys_table,
+    session_top_table,
+    sessions_table,
+    summary_table,
+    top_table,
+    windows_table,
+)
 from deploy.cli.api_client import ApiClient
 from deploy.errors import UsageError
 from deploy.settings import Settings
@@ -21,6 +29,9 @@ _TIME = "ISO 8601 (2024-03-01T09:00:00Z), epoch seconds, or relative to now: now
 _RANGES = (" Windowed views take --window or --window-end (one window; a sliding view's combines its panes; "
            "--window-end now: the window ending now), --from/--to or --last (the panes of a range, combined). Relative "
            "times are resolved by the API against one clock reading, shown as 'now'.")
+_SESSIONS = (" Session views: --sessions (query: the key's sessions), --summary (query: their count, total and mean "
+             "duration) or --by count|longest (top: keys by session count or longest session), over --from/--to or "
+             "--last (sessions overlapping the range) or all time.")
 
 
 def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> None:
@@ -29,10 +40,13 @@ def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> Non
         "query", help="the merged (batch + realtime) measures of one key of a view, from the running API",
         description="GET /v1/views/VIEW/keys/KEY: the key's measures, exact as of the master version shown." + _RANGES
                     + " Each pane's own values are listed too. --explain shows the batch and realtime parts beside "
-                    "the merged value.")
+                    "the merged value." + _SESSIONS)
     query.add_argument("view", help="view name (GET /v1/views lists them)")
     query.add_argument("key", help="key value; the values of a composite key joined with '|'")
     query.add_argument("--explain", action="store_true", help="show the batch and realtime parts")
+    shown = query.add_mutually_exclusive_group()
+    shown.add_argument("--sessions", action="store_true", help="session views: the key's sessions in the range")
+    shown.add_argument("--summary", action="store_true", help="session views: the key's session count and durations")
     _time_options(query)
     _common(query, http_options)
     query.set_defaults(handler=_cmd_query)
@@ -40,10 +54,11 @@ def add_view_commands(sub: argparse._SubParsersAction, http_options: Any) -> Non
     top = sub.add_parser(
         "top", help="the top keys of a view by a measure, from the running API",
         description="GET /v1/views/VIEW/top: the N keys with the highest merged value of a measure, ties "
-                    "broken by key, exact as of the master version shown." + _RANGES)
+                    "broken by key, exact as of the master version shown." + _RANGES + _SESSIONS)
     top.add_argument("view", help="view name (GET /v1/views lists them)")
     top.add_argument("-n", type=int, default=10, help="how many keys (1-1000, default 10)")
     top.add_argument("--measure", help="measure to rank by (default: the view's first)")
+    top.add_argument("--by", choices=("count", "longest"), help="session views: rank by session count or longest session")
     _time_options(top)
     _common(top, http_options)
     top.set_defaults(handler=_cmd_top)
@@ -85,6 +100,8 @@ def _common(parser: argparse.ArgumentParser, http_options: Any) -> None:
 
 
 def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
+    if args.sessions or args.summary:
+        return _cmd_sessions(settings, args)
     params = {**_times(args), "explain": args.explain or None}
     with ApiClient.from_settings(settings) as api:
         answer = api.get(api.view_path(args.view, "keys", args.key), params)
@@ -98,7 +115,45 @@ def _cmd_query(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
+    """``query --sessions`` / ``--summary``: GET .../sessions/keys/KEY or .../sessions/summary/KEY."""
+    _session_range_only(args)
+    what = "keys" if args.sessions else "summary"
+    with ApiClient.from_settings(settings) as api:
+        answer = api.get(api.view_path(args.view, "sessions", what, args.key), _range(args))
+    if args.json:
+        out.print_json(json.dumps(answer))
+    else:
+        out.print(sessions_table(answer) if args.sessions else summary_table(answer))
+    return 0
+
+
+def _session_top(settings: Settings, args: argparse.Namespace) -> int:
+    """``top --by count|longest``: GET .../sessions/top."""
+    _session_range_only(args)
+    if args.measure:
+        raise UsageError("--measure and --by: a session view ranks --by count or longest, not by a measure")
+    with ApiClient.from_settings(settings) as api:
+        answer = api.get(api.view_path(args.view, "sessions", "top"), {"by": args.by, "n": args.n, **_range(args)})
+    if args.json:
+        out.print_json(json.dumps(answer))
+    else:
+        out.print(session_top_table(answer))
+    return 0
+
+
+def _session_range_only(args: argparse.Namespace) -> None:
+    if args.window or args.window_end:
+        raise UsageError("session views take a range (--from/--to or --last), not --window or --window-end")
+
+
+def _range(args: argparse.Namespace) -> dict[str, Any]:
+    return {"from": args.start, "to": args.end, "last": args.last}
+
+
 def _cmd_top(settings: Settings, args: argparse.Namespace) -> int:
+    if args.by:
+        return _session_top(settings, args)
     params = {"n": args.n, "measure": args.measure, **_times(args)}
     with ApiClient.from_settings(settings) as api:
         answer = api.get(api.view_path(args.view, "top"), params)

@@ -22,16 +22,17 @@ from serving.api.auth import require
 from serving.api.clock import Clock, SystemClock
 from serving.api.console import install_console
 from serving.api.docs import install_docs
-from serving.api.errors import ConfigurationError, ServingError, UnavailableError
+from serving.api.errors import BadQueryError, ConfigurationError, ServingError, UnavailableError
 from serving.api.freshness import MasterClock
 from serving.api.metrics import install_metrics
 from serving.api.models import error_responses
 from serving.api.openapi import document_server
 from serving.api.pipelines import mount_pipelines
-from serving.api.routes import batch, dead_letters, events, health, views
+from serving.api.routes import batch, dead_letters, events, health, sessions, views
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
+from serving.store.session_reads import TopTooLargeError
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.event_values import ECHO_LIMIT, clip, echo
 from shared_logic.registry import load_pipeline
@@ -157,6 +158,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _store_unavailable(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return await _serving(request, UnavailableError.from_store(exc))
 
+    @app.exception_handler(TopTooLargeError)
+    async def _top_too_large(request: Request, exc: TopTooLargeError) -> JSONResponse:
+        return await _serving(request, BadQueryError(str(exc)))
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Auth refusals and unknown routes answer in the same shape as every other error.
@@ -258,6 +263,7 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str, clock: Clock) -> FastA
     app.include_router(events.router, dependencies=[Depends(require("ingest"))], responses=protected)
     app.include_router(batch.router, responses=protected)  # each route names its scope (read or admin)
     app.include_router(dead_letters.router, responses=protected)  # scope read
+    app.include_router(sessions.router)  # scope read (on the router)
     app.include_router(health.router)
     install_docs(app)
     install_console(app)

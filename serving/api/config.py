@@ -49,3 +49,11 @@ class ApiConfig(MasterConfig, DeadLetterConfig, Protocol):
     @property
     def top_call_budget(self) -> int:
         """Most work one Lua call of a top-N over several panes does."""
+
+    @property
+    def max_session_top_keys(self) -> int:
+        """Most rows of a session view a session top-N reads (one bucket)."""
+
+    @property
+    def session_top_bytes(self) -> int:
+        """Most bytes of session rows a session top-N reads, over every bucket (each call its share)."""

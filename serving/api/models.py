@@ -130,6 +130,10 @@ class ViewInfo(BaseModel):
                                                                  "views.")
     slide_seconds: int | None = Field(default=None, description="Sliding views: how often a window starts, the size "
                                                                 "of the panes stored; null otherwise.")
+    session_gap_seconds: int | None = Field(default=None, description="Session views: the most event time between "
+                                                                      "two events of one session; null otherwise.")
+    max_sessions: int | None = Field(default=None, description="Session views: sessions a key keeps before the oldest "
+                                                               "are folded into one summary; null otherwise.")
     generation: int | None = Field(default=None, description="Served batch generation; null when none is published.")
     version: int | None = Field(default=None, description="Master version answers are exact for (batch + speed).")
     computed_at: datetime | None = None

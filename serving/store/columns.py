@@ -15,6 +15,7 @@ from pyspark.sql.types import IntegralType
 from serving.store.keys import KEY_SEPARATOR, WINDOW_SEPARATOR, Keys
 from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic.measures import Sum
+from shared_logic.sessions import SESSIONS_COLUMN
 from shared_logic.views import View
 
 #: An overflowed sum's part (``shared_logic.measures.OVERFLOW_PART``, +inf) in a batch row: a JSON number that
@@ -75,7 +76,10 @@ def row_value_column(view: View) -> Column:
     """A batch row's parts as the rows hash keeps them (``serving.store.keys``): a JSON array in
     ``row_parts`` order, scalars as doubles (Java's shortest round-tripping spelling; null when
     absent; an overflowed sum, infinite, as ``OVERFLOW_JSON``: JSON has no infinity), each distinct
-    measure's values as an array, or null above ``EXACT_DISTINCT_MAX``."""
+    measure's values as an array, or null above ``EXACT_DISTINCT_MAX``. A session view's row is its key's
+    session part as ``View.aggregate`` encoded it (``shared_logic.session_parts.encode_part``)."""
+    if view.sessions is not None:
+        return F.col(SESSIONS_COLUMN)
     parts = []
     for m in view.scalar_measures:
         value = F.col(m.name).cast("double")

@@ -60,7 +60,7 @@ __all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "PaneKeys
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
 CLUSTER_IN_FLIGHT = 4
 
-#: Checked reply parts remembered at most (``ServingStore._served``); one per generation and realtime version.
+#: Checked reply parts remembered at most (``ServingStore.served``); one per generation and realtime version.
 _CHECKED_REPLIES = 64
 
 #: How often a top-N asks the buckets again for answers at one version before it refuses.
@@ -97,7 +97,7 @@ class ServingStore:
         #: connections torn down mid-handshake: "Connection closed by server", "'NoneType' object has no
         #: attribute 'writelines'"); at 4 in flight, 60 rounds of 20 concurrent top-N over 16 buckets ran clean.
         self._in_flight = asyncio.Semaphore(CLUSTER_IN_FLIGHT if is_cluster(url) else 1_000_000)
-        #: Reply parts a read met, and the generation they name, once they passed the view check (``_served``).
+        #: Reply parts a read met, and the generation they name, once they passed the view check (``served``).
         self._checked: dict[tuple, Generation] = {}
         self._rankings = Rankings(self._client, self._client.register_script(INSTALL_RANKING), self._unavailable)
 
@@ -140,7 +140,7 @@ class ServingStore:
         if recorded is not None and self.definitions is not None and text(recorded) != self.definitions.get(view):
             raise definition_changed(view, Generation.from_header(generation, processed, header))
 
-    def _served(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> Generation:
+    def served(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> Generation:
         """The generation a read of ``view`` met (its pointer, ``processed`` and HEADER's ``meta``), checked
         (``_check_view``, ``_not_older``). Replies that passed the view check are remembered: the same
         parts give the same generation and the same verdict (a generation's metadata never changes, and
@@ -192,7 +192,12 @@ class ServingStore:
             raise self._unavailable(e) from e
         return SpeedHeartbeat.from_hash(status)
 
-    async def _call(self, script: AsyncScript, bucket: Keys, args: list) -> list:
+    def register(self, script: str) -> AsyncScript:
+        """A read script of this store's (``serving.store.session_reads``'s too), hashed once, for ``call``."""
+        return self._client.register_script(script)
+
+    async def call(self, script: AsyncScript, bucket: Keys, args: list) -> list:
+        """``script``'s reply in ``bucket`` (StoreUnavailableError: Redis unreachable or nothing published)."""
         try:
             async with self._in_flight:
                 reply = await script(keys=[bucket.current], args=args)
@@ -213,9 +218,9 @@ class ServingStore:
         args: list = [bucket.prefix, view, len(measures), *measures, len(distinct), *distinct, len(items)]
         for key, window_start in items:
             args += [key, suffix(window_start)]
-        reply = await self._call(self._read, bucket, args)
+        reply = await self.call(self._read, bucket, args)
         generation, processed, meta, layout, rows, realtime, dbatch, drealtime, dmerged, total = reply
-        served = self._served(view, generation, processed, meta)
+        served = self.served(view, generation, processed, meta)
         found = where(layout, tuple(measures))
 
         def batch_part(row: bytes) -> dict[str, float | None]:
@@ -245,24 +250,24 @@ class ServingStore:
                 if len(buckets) > 1 else [None]
             return await asyncio.gather(*(self._bucket_top(bucket, ask, reply) for bucket, reply in zip(buckets, first)))
 
-        replies = await self._consistent(view, ask_all)
-        return TopRead(self._served(view, *replies[0][:3]), *TopAsk.candidates(replies))
+        replies = await self.consistent(view, ask_all)
+        return TopRead(self.served(view, *replies[0][:3]), *TopAsk.candidates(replies))
 
     async def top_range(self, view: str, measure: str, window_starts: Sequence[int], n: int, combines: str) -> RangeTopRead:
         """Candidates for the exact top ``n`` keys by ``measure`` over the panes ``window_starts``, with their part in
         each pane's batch ranking and realtime set, from every bucket at one generation and version (``RANGE_TOP``,
         ``serving.store.threshold``). ``combines``: 'sum', 'max' or 'min' (``Measure.combines``)."""
         ask = RangeTopAsk(view, measure, tuple(window_starts), n, combines)
-        replies = await self._consistent(view, lambda: asyncio.gather(
+        replies = await self.consistent(view, lambda: asyncio.gather(
             *(self._bucket_range_top(bucket, ask) for bucket in self.keys.all_buckets())))
         parts: dict[str, list[float | None]] = {}
         for reply in replies:
             parts.update(ask.candidates(reply[3]))
-        return RangeTopRead(self._served(view, *replies[0][:3]), parts)
+        return RangeTopRead(self.served(view, *replies[0][:3]), parts)
 
-    async def _consistent(self, view: str, ask_all: Callable[[], Awaitable[list]]) -> list[list]:
-        """Every bucket's reply, asked again until they all name one generation and realtime version."""
-        for _ in range(_CONSISTENT_TRIES):
+    async def consistent(self, view: str, ask_all: Callable[[], Awaitable[list]], tries: int = _CONSISTENT_TRIES) -> list[list]:
+        """Every bucket's reply, asked again (``tries`` times at most) until they name one generation and version."""
+        for _ in range(tries):
             replies = await ask_all()
             if len({(reply[0], reply[1]) for reply in replies}) == 1:
                 return replies
@@ -276,7 +281,7 @@ class ServingStore:
             await self._rankings.by_measure(bucket, generation, ask.view, ask.measure, start,
                                             positions(layout).get(ask.measure))
 
-        return await bucket_range_top(lambda args: self._call(self._range_top, bucket, args), build, ask,
+        return await bucket_range_top(lambda args: self.call(self._range_top, bucket, args), build, ask,
                                       lambda *rest: ask.args(bucket, *rest), self.top_budget)
 
     async def _pipelined(self, script: AsyncScript, buckets: Sequence[Keys], args: Sequence[list]) -> list[list]:
@@ -310,7 +315,7 @@ class ServingStore:
         ranked = ""
         for _ in range(3):  # a flip between ranking and reading asks for the new generation's ranking
             if reply is None:
-                reply = await self._call(self._top, bucket, ask.args(bucket, ranked))
+                reply = await self.call(self._top, bucket, ask.args(bucket, ranked))
             if not (len(reply) == 3 and reply[1] == b"unranked"):
                 return reply
             ranked = reply[0].decode()
@@ -331,7 +336,7 @@ class ServingStore:
         # Each call may meet one pane not yet indexed (built, then asked again); a flip between indexing
         # and listing asks for the new generation's index.
         for _ in range(len(panes) + 3):
-            reply = await self._call(self._list, bucket, args)
+            reply = await self.call(self._list, bucket, args)
             if len(reply) == 3 and reply[1] == b"unindexed":
                 sfx = reply[2].decode()
                 window_start = int(sfx.removeprefix(WINDOW_SEPARATOR)) if sfx else None
@@ -339,7 +344,7 @@ class ServingStore:
                 await self._rankings.key_index(bucket, generation, view, window_start)
                 continue
             generation, processed, meta, found = reply
-            return KeyListing(self._served(view, generation, processed, meta), each,
+            return KeyListing(self.served(view, generation, processed, meta), each,
                               [PaneKeys(batch, realtime) for batch, realtime in found])
         raise StoreUnavailableError(
             f"the batch generation of {view!r} kept changing while its key index was built; ask again", retry_after=1)

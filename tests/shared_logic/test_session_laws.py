@@ -19,7 +19,21 @@ from hypothesis import strategies as st
 
 from shared_logic.errors import PipelineDefinitionError
 from shared_logic.measures import Count, Distinct, Max, Min, Sum
-from shared_logic.sessions import Folded, Session, SessionWindow, fold, merge, overlapping, sessions_of, summary
+from shared_logic.session_parts import decode_part, encode_part, part_of_events
+from shared_logic.sessions import (
+    DEFAULT_MAX_SESSIONS,
+    MICROS,
+    Folded,
+    Part,
+    Session,
+    SessionWindow,
+    fold,
+    merge,
+    merge_parts,
+    overlapping,
+    sessions_of,
+    summary,
+)
 
 MEASURES = (Count(), Sum("v"), Min("v"), Max("v"), Distinct("who"))
 LAWS = settings(max_examples=200, deadline=None, database=None)
@@ -93,6 +107,36 @@ def test_folding_keeps_the_newest_and_counts_every_session(gap: int, events: lis
         assert folded.parts["count"] == sum(s.parts["count"] for s in sessions[:len(sessions) - keep])
 
 
+SCALAR = MEASURES[:4]  # what a stored session view keeps (no distinct sets)
+
+
+def scalar_part(window: SessionWindow, events: list[tuple[int, int, str]]) -> Part:
+    """A part as the layers make it (``part_of_events`` over each event's time and input values)."""
+    return part_of_events(window, SCALAR, ((t, {"v": v}) for t, v, _ in events))
+
+
+@LAWS
+@given(st.integers(1, 8), events_st, st.lists(st.integers(0, 2), max_size=30), st.integers(1, 4))
+def test_stored_parts_merge_exactly_below_the_bound_and_drop_no_event_past_it(gap: int, events: list, sides: list[int],
+                                                                              keep: int) -> None:
+    """Parts as the layers store them (encoded, decoded) and merge them (``merge_parts``): below the bound the
+    oracle's sessions; with any bound, at most ``keep`` sessions kept and every event counted in a kept or folded
+    session (nothing dropped)."""
+    parts: list[list] = [[], [], []]
+    for i, event in enumerate(events):
+        parts[sides[i] if i < len(sides) else 0].append(event)
+    for window in (SessionWindow(timedelta(seconds=gap)), SessionWindow(timedelta(seconds=gap), max_sessions=keep)):
+        stored = [decode_part(SCALAR, encode_part(SCALAR, scalar_part(window, [(t * MICROS, v, w) for t, v, w in p])))
+                  for p in parts]
+        merged = merge_parts(window, SCALAR, *stored)
+        assert len(merged.sessions) <= window.max_sessions
+        assert sum(s.parts["count"] for s in merged.sessions) + (merged.folded.parts.get("count") or 0) == len(events)
+        if window.max_sessions == DEFAULT_MAX_SESSIONS:
+            want = [(a * MICROS, b * MICROS, {k: v for k, v in m.items() if k != "distinct_who"})
+                    for a, b, m in oracle(gap, events)]
+            assert plain(merged.sessions) == want and merged.folded.sessions == 0
+
+
 def test_overlapping_takes_whole_sessions() -> None:
     sessions = (Session(0, 10), Session(20, 30), Session(40, 40))
     assert overlapping(sessions, 10, 21) == sessions[:2] and overlapping(sessions, 31, 40) == () and \
@@ -104,6 +148,7 @@ def test_overlapping_takes_whole_sessions() -> None:
     (timedelta(seconds=1.5), 10, ["gap", "1.5"]),
     (timedelta(minutes=30), 0, ["max_sessions", "1000"]),
     (timedelta(minutes=30), True, ["max_sessions"]),
+    (timedelta(minutes=30), 10_001, ["max_sessions", "10,000", "1000"]),
 ])
 def test_a_session_window_that_cannot_work_names_the_fix(gap: timedelta, keep: Any, words: list[str]) -> None:
     with pytest.raises(PipelineDefinitionError) as raised:
@@ -112,11 +157,57 @@ def test_a_session_window_that_cannot_work_names_the_fix(gap: timedelta, keep: A
     assert SessionWindow(timedelta(minutes=30)).gap_micros == 1_800_000_000
 
 
-def test_a_session_view_is_checked_then_refused_until_the_layers_store_sessions() -> None:
+def test_a_session_view_is_checked_and_window_is_taken_as_sessions() -> None:
     from shared_logic.views import View
 
     window = SessionWindow(timedelta(minutes=30))
     with pytest.raises(PipelineDefinitionError, match=r"\['duration'\].*rename"):
         View("visits", keys=("duration",), measures=(Count(),), window=window)  # type: ignore[arg-type]
-    with pytest.raises(PipelineDefinitionError, match="do not store sessions yet"):
-        View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
+    with pytest.raises(PipelineDefinitionError, match="distinct values"):
+        View("visits", keys=("user",), measures=(Count(), Distinct("page")), sessions=window)
+    view = View("visits", keys=("user",), measures=(Count(),), window=window)  # type: ignore[arg-type]
+    assert view.sessions == window and view.window is None
+    assert view == View("visits", keys=("user",), measures=(Count(),), sessions=window)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.integers(1, 5), st.integers(1, 3),
+       st.lists(st.tuples(st.integers(0, 24), st.integers(-2, 2), st.integers(0, 3)), min_size=2, max_size=16),
+       st.integers(0, 28), st.integers(1, 8))
+def test_an_answer_called_exact_is_the_sessions_of_all_events(gap: int, keep: int, events: list, r0: int, rlen: int) -> None:
+    """Folding past a small bound, as the layers do it: the batch part folded, each micro-batch's part folded and
+    merged into the realtime row one at a time (stored encoded), the read merging the two. Wherever the merged
+    part says a range is exact (``Part.exact_in``), its sessions overlapping the range are the oracle's, measures
+    included; the kept ones are always within the bound."""
+    window = SessionWindow(timedelta(seconds=gap), max_sessions=keep)
+
+    def stored(part: Part) -> Part:
+        return decode_part(SCALAR, encode_part(SCALAR, part))
+
+    def side(n: int) -> list[tuple[int, int, str]]:
+        return [(t * MICROS, v, "a") for t, v, s in events if s == n]
+
+    batch = stored(scalar_part(window, side(0)))
+    realtime = Part()
+    for micro_batch in (1, 2, 3):
+        if side(micro_batch):
+            realtime = stored(merge_parts(window, SCALAR, realtime, scalar_part(window, side(micro_batch))))
+    answer = merge_parts(window, SCALAR, batch, realtime)
+    assert len(answer.sessions) <= keep
+    start, end = r0 * MICROS, (r0 + rlen) * MICROS
+    truth = [(a, b, {k: v for k, v in m.items() if k != "distinct_who"})
+             for a, b, m in oracle(gap * MICROS, [(t * MICROS, v, "a") for t, v, _ in events])]
+    if answer.exact_in(window.gap_micros, start, end):
+        assert plain(overlapping(answer.sessions, start, end)) == [s for s in truth if s[0] < end and s[1] >= start]
+
+
+def test_a_kept_session_that_belongs_with_a_folded_one_is_not_exact() -> None:
+    """The review's case: gap 3 s, one session kept. Batch [0] [4] keeps [4] and folds [0]; a late event at 1 s
+    makes the kept [1, 4] (count 2) where the truth is [0, 4] (count 3): a range over 4 s alone is not exact."""
+    window = SessionWindow(timedelta(seconds=3), max_sessions=1)
+    batch = scalar_part(window, [(0, 1, "a"), (4 * MICROS, 1, "a")])
+    answer = merge_parts(window, SCALAR, batch, scalar_part(window, [(MICROS, 1, "a")]))
+    assert [(s.start, s.end) for s in answer.sessions] == [(MICROS, 4 * MICROS)] and answer.folded.sessions == 1
+    assert not answer.exact_in(window.gap_micros, 4 * MICROS, 5 * MICROS)
+    assert answer.uncertain(window.gap_micros) == (-3 * MICROS, 4 * MICROS)
+    assert answer.exact_in(window.gap_micros, 8 * MICROS, 9 * MICROS)

@@ -60,3 +60,23 @@ def test_a_sum_that_overflows_is_kept_as_inf_and_absorbs_what_follows() -> None:
     assert json.loads(merge(None, ["sum"], [["Infinity", "-1.5e308"]], [], 64).row) == ["inf"]  # Spark's spelling
     assert json.loads(merge(None, ["sum"], [["-1.5e308", "-1.5e308"]], [], 64).row) == ["inf"]
     assert json.loads(merge(None, ["sum"], [["inf", "-inf"]], [], 64).row) == ["inf"]  # never NaN
+
+
+def test_a_session_view_chunk_keeps_its_rows_within_the_bytes_bound() -> None:
+    """Session rows are read, merged and written whole: a guarded call carries as many as fit ``CHUNK_BYTES`` at
+    their largest (``row_bytes``), never more than ``chunk``; a measure view's calls carry ``chunk``."""
+    from datetime import timedelta
+
+    from shared_logic.measures import Count, Max, Min, Sum
+    from shared_logic.session_parts import encode_part, part_of_events, row_bytes
+    from shared_logic.sessions import SessionWindow
+    from speed_layer.segments import CHUNK_BYTES, WriteSpec
+
+    measures = (Count(), Sum("n"), Min("n"), Max("n"))
+    big, small = SessionWindow(timedelta(seconds=1), max_sessions=10_000), SessionWindow(timedelta(seconds=1), max_sessions=3)
+    spec = WriteSpec("redis://x", "p", "q", "e", 0, 1, (0,), {}, 2_000, sessions={"big": (big, measures), "small": (small, measures)})
+    assert spec.chunk_rows("measures") == 2_000 and spec.chunk_rows("small") == 2_000
+    assert 1 <= spec.chunk_rows("big") < 2_000 and spec.chunk_rows("big") * row_bytes(big, measures) <= CHUNK_BYTES
+    # the estimate holds a full row of large numbers (times near year 9999, 64-bit values)
+    events = ((253_402_300_799_000_000 - 2_000_000 * i, {"n": -(2**63) + i}) for i in range(10_000))
+    assert len(encode_part(measures, part_of_events(big, measures, events))) <= row_bytes(big, measures)

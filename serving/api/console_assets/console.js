@@ -58,8 +58,9 @@ function duration(seconds) {
 }
 
 function windowKind(view) {
-  // How a view's windows are laid out, from GET /v1/views: all time, tumbling or sliding (size every slide).
-  const text = !view.window_seconds ? "all time"
+  // How a view's windows are laid out, from GET /v1/views: all time, tumbling, sliding (size every slide) or sessions.
+  const text = view.session_gap_seconds ? `sessions, gap ${duration(view.session_gap_seconds)}`
+    : !view.window_seconds ? "all time"
     : view.slide_seconds ? `sliding ${duration(view.window_seconds)} every ${duration(view.slide_seconds)}`
     : `tumbling ${duration(view.window_seconds)}`;
   return h("span", { "data-field": "window", "data-value": text }, text);
@@ -260,6 +261,11 @@ async function viewPage(main, pipelineName, viewName, params) {
       h("dt", {}, "generation"), h("dd", {}, num("generation", view.generation)),
       h("dt", {}, "exact through version"), h("dd", {}, num("version", view.version))));
 
+  if (view.session_gap_seconds) {
+    main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "overview"), " / ", p.name, " / ", view.name), definition,
+      ...await sessionCards(base, params, go, field, form, view));
+    return;
+  }
   const windowed = Boolean(view.window_seconds), ranged = Boolean(params.from && params.to);
   const needRange = what => h("p", { class: "muted hint" }, `This view is windowed (${windowKind(view).textContent}): give a range above to ${what}.`);
   const rangeCard = windowed ? h("section", { class: "card", id: "range" }, h("h2", {}, "Range"),
@@ -306,6 +312,34 @@ async function viewPage(main, pipelineName, viewName, params) {
   } catch (err) { keysCard.append(problem(err)); }
   main.replaceChildren(h("p", {}, h("a", { href: "#/" }, "overview"), " / ", p.name, " / ", view.name), ...cards);
   if (liveCard) await liveTop(liveCard, base, measure, params.n || 10);
+}
+
+async function sessionCards(base, params, go, field, form, view) {
+  // A session view: the top keys by session count or longest session, and one key's sessions, over an optional range.
+  const range = { from: params.from, to: params.to }, by = params.by || "count";
+  const topCard = h("section", { class: "card", id: "top" }, h("h2", {}, "Top keys by sessions"),
+    form("top-form", v => go({ by: v.by, n: v.n, from: v.from, to: v.to }),
+      h("label", {}, "by ", h("select", { name: "by" }, ["count", "longest"].map(b => h("option", { value: b, selected: b === by }, b)))),
+      field("n", "n ", params.n || 10, { type: "number", min: 1, max: 1000 }),
+      field("from", "from ", params.from, { placeholder: "all time" }), field("to", "to ", params.to, { placeholder: "now" })));
+  try {
+    const top = await api(`${base}/sessions/top` + query({ by, n: params.n || 10, ...range }));
+    topCard.append(h("p", { class: "muted" }, "exact for version ", num("top.version", top.version)),
+      top.top.length ? barChart(top.top, { field: "top", label: `top ${top.n} by session ${by}` }) : h("p", { class: "muted" }, "no keys"));
+  } catch (err) { topCard.append(problem(err)); }
+  const keyCard = h("section", { class: "card", id: "key" }, h("h2", {}, "One key's sessions"),
+    form("key-form", v => go({ key: v.key }), field("key", "key ", params.key, { placeholder: view.keys.join("|"), size: 30 })));
+  if (params.key) try {
+    const got = await api(`${base}/sessions/keys/${enc(params.key)}` + query(range));
+    const measures = got.sessions.length ? Object.keys(got.sessions[0].value) : [];
+    keyCard.append(h("p", { class: "muted" }, got.exact ? "exact for version " : "NOT exact (folded sessions touch the range) at version ",
+      num("key.version", got.version), got.folded ? [" · folded: ", num("key.folded", got.folded.sessions)] : ""),
+      h("table", {}, h("thead", {}, h("tr", {}, ["start", "end", "duration s", ...measures].map(c => h("th", {}, c)))),
+        h("tbody", {}, got.sessions.map(x => h("tr", { "data-session": x.session_start },
+          h("td", {}, when(x.session_start)), h("td", {}, when(x.session_end)), h("td", {}, num("session.duration", x.duration)),
+          measures.map(m => h("td", {}, num(`session.${m}`, x.value[m]))))))));
+  } catch (err) { keyCard.append(problem(err)); }
+  return [topCard, keyCard];
 }
 
 async function liveTop(card, base, measure, n) {

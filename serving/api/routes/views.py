@@ -19,6 +19,7 @@ from serving.api.times import QueryDuration, QueryTime
 from shared_logic.errors import UnknownNameError
 from shared_logic.event_values import clip
 from shared_logic.pipeline import Pipeline
+from shared_logic.sessions import MICROS
 from shared_logic.views import SlidingWindow, View
 
 #: Every route reads (scope ``read``, see ``serving.api.auth``). The routes are lean
@@ -53,11 +54,20 @@ def _span(request: Request, view: View, asked: windows.TimeParams, *, top: bool 
     return windows.resolve(view, asked, request.app.state.clock, bound, name)
 
 
-def _view(pipeline: Pipeline, name: str) -> View:
+def view_of(pipeline: Pipeline, name: str) -> View:
     try:
         return pipeline.view(name)
     except UnknownNameError as e:
         raise NotFoundError(str(UnknownNameError(e.kind, clip(e.name), e.known, owner=e.owner))) from e
+
+
+def _pane_view(pipeline: Pipeline, name: str) -> View:
+    """A view whose rows are measures (all time or panes); a session view is a 422 naming its routes."""
+    chosen = view_of(pipeline, name)
+    if chosen.sessions is not None:
+        raise BadQueryError(f"view {chosen.name!r} is a session view: ask GET /v1/views/{chosen.name}/sessions/keys/"
+                            f"{{key}}, .../sessions/summary/{{key}} or .../sessions/top")
+    return chosen
 
 
 @router.get("", response_model=ViewList, summary="List views and their freshness", responses=error_responses(503))
@@ -75,6 +85,8 @@ async def list_views(request: Request, pipeline: PipelineDep, store: StoreDep) -
             derived=[d.name for d in view.derived],
             window_seconds=view.window.seconds if view.window else None,
             slide_seconds=view.window.pane_seconds if isinstance(view.window, SlidingWindow) else None,
+            session_gap_seconds=view.sessions.gap_micros // MICROS if view.sessions else None,
+            max_sessions=view.sessions.max_sessions if view.sessions else None,
             generation=served.generation if served else None,
             version=served.version if served else None,
             computed_at=datetime.fromtimestamp(served.computed_at, tz=timezone.utc)
@@ -155,7 +167,7 @@ async def list_keys(
     matching the filters is streamed, from `cursor` if given (`limit` does not apply), paged inside
     with the same guarantee; each page is at one version, the whole is not one snapshot.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     asked = windows.TimeParams(window_start, window_end, start, end, last)
     span = _span(request, chosen, asked)
     listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()),
@@ -198,7 +210,7 @@ async def get_key(
     `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
     parameter and the fix.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
     return await queries.key_answer(store, chosen, key, span, explain=explain)
 
@@ -232,7 +244,7 @@ async def get_top(
     `to` before `from`, two ways of naming the time at once or a time that cannot be read is a 422 naming the
     parameter and the fix.
     """
-    chosen = _view(pipeline, view)
+    chosen = _pane_view(pipeline, view)
     span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
     cells = request.app.state.settings.max_top_cells
     if len(span.panes) > 1 and n * len(span.panes) > cells:

@@ -121,3 +121,42 @@ def test_keys_pages_through_every_key_once(served: Any, capsys: pytest.CaptureFi
     assert first in out and f"{counts[first]:,}" in out
     code, _, err = _cli(capsys, *prefix, "keys", "word_counts", "--where", "nonsense", "--port", str(port))
     assert code == 2 and "COLUMN=VALUE" in err
+
+
+@pytest.mark.slow
+def test_session_views_take_the_same_queries(spark: Any, make_settings: Callable[..., Settings], tmp_path: Any,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``query --sessions | --summary`` and ``top --by`` on a session view answer what the API does; the sessions are
+    worked out by hand here (30-minute gap): u0 [0, 1200] of 3 events and [5000] alone, u1 [0, 1700] of 2."""
+    from serving.api.app import create_app
+
+    settings = make_settings(pipeline="tests.support.visits_pipeline")
+    t0 = int(START.timestamp())
+    events = [{"user": user, "page": "/", "seconds": 5, "event_time": str(t0 + t)}
+              for user, t in (("u0", 0), ("u0", 600), ("u0", 1200), ("u0", 5000), ("u1", 0), ("u1", 1700))]
+    ingest_file(settings, events, tmp_path / "visits.jsonl")
+    run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url)
+    with ApiServer(create_app(settings, redis_url=settings.redis_url or "")) as server:
+        prefix, port = ["--data-dir", str(tmp_path / "cli"), "--pipeline", settings.pipeline], str(server.port)
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--sessions", "--json", "--port", port)
+        assert code == 0, err
+        assert [(s["duration"], s["value"]["count"]) for s in json.loads(out)["sessions"]] == [(1200.0, 3), (0.0, 1)]
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--sessions", "--from", str(t0 + 3000),
+                              "--port", port)
+        assert code == 0 and "exact as of master version" in out and "5,000" not in out, err
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--summary", "--json", "--port", port)
+        summary = json.loads(out)
+        assert (summary["sessions"], summary["total_duration"], summary["mean_duration"]) == (2, 1200.0, 600.0)
+        code, out, err = _cli(capsys, *prefix, "top", "visits", "--by", "longest", "--json", "--port", port)
+        assert [(e["key"], e["value"]) for e in json.loads(out)["top"]] == [("u1", 1700.0), ("u0", 1200.0)]
+        code, out, err = _cli(capsys, *prefix, "top", "visits", "--by", "count", "--port", port)
+        assert code == 0 and out.index("u0") < out.index("u1"), out
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--port", port)
+        assert code != 0 and "session view" in err, err
+        code, out, err = _cli(capsys, *prefix, "query", "visits", "u0", "--sessions", "--last", "1h", "--json", "--port", port)
+        answer = json.loads(out)  # the last hour of the real clock: none of these 2024 sessions
+        assert answer["sessions"] == [] and answer["exact"] and answer["now"] and answer["range"], answer
+    small = settings.model_copy(update={"max_session_top_keys": 1})  # u0's and u1's rows are more than one
+    with ApiServer(create_app(small, redis_url=settings.redis_url or "")) as server:
+        code, out, err = _cli(capsys, *prefix, "top", "visits", "--by", "count", "--port", str(server.port))
+        assert code != 0 and "LAMBDA_MAX_SESSION_TOP_KEYS" in err, err

@@ -10,6 +10,8 @@ compared with the API's own answers and with a pandas oracle over the events. Sc
 A sliding view (``tests.support.trending_pipeline``, plays in the last minutes of the real clock) shows its
 window kind and the top-N of the window ending now as a bar chart that asks again by itself: after a new
 generation is published the chart shows it, equal to the API's top-N of the window it names at its version.
+A session view (``tests.support.visits_pipeline``) shows its top keys by session count and longest session, and a
+key's sessions, equal to the API's answers and to sessions worked out in the test.
 """
 
 from __future__ import annotations
@@ -216,3 +218,33 @@ def test_a_sliding_view_shows_its_kind_and_a_live_top_of_the_window_ending_now(
         end, version, bars = _live_chart(browser)
         top = client.get("/v1/views/plays_trending/top", params={"window_end": end, "n": 5}).json()
         assert (version, bars) == (top["version"], [(t["key"], t["value"]) for t in top["top"]]) and bars[0][0] == "zz-hit"
+
+
+@pytest.mark.slow
+def test_a_session_view_shows_its_top_keys_and_a_keys_sessions(
+        browser: Any, spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,
+        artifacts: Path) -> None:
+    """A session view's page: its kind, the top keys by session count and by longest session as bar charts, and
+    one key's sessions as a table, equal to the API's answers and to sessions worked out here (30-minute gap)."""
+    settings = make_settings(pipeline="tests.support.visits_pipeline")
+    t0 = 1_709_280_000
+    times = {"u0": (0, 600, 1200, 5000), "u1": (0, 1700), "u2": (0, 4000, 8000)}  # u0: 2 sessions, u1: 1, u2: 3
+    events = [{"user": user, "page": "/", "seconds": 5, "event_time": str(t0 + t)} for user, ts in times.items() for t in ts]
+    ingest_file(settings, events, tmp_path / "visits.jsonl")
+    run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url)
+    with api(pipeline=settings.pipeline) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+        console = f"{server.base_url}/console#/pipelines/visits/views/visits"
+        expected = {"count": [("u2", 3.0), ("u0", 2.0), ("u1", 1.0)], "longest": [("u1", 1700.0), ("u0", 1200.0),
+                                                                               ("u2", 0.0)]}
+        for by, bars in expected.items():
+            load(browser, f"{console}?by={by}&n=5", "view")
+            assert field(browser, "window", "section.card") == "sessions, gap 30 m"
+            shown = [(g.get_attribute("data-key"), float(g.get_attribute("data-value")))
+                     for g in browser.find_elements("css selector", "#top svg[data-chart='top'] g[data-key]")]
+            top = client.get("/v1/views/visits/sessions/top", params={"by": by, "n": 5}).json()
+            assert shown == bars == [(e["key"], e["value"]) for e in top["top"]], (by, shown)
+        load(browser, f"{console}?key=u0", "view")
+        assert values(browser, "#key [data-field='session.duration']") == ["1200", "0"]
+        assert values(browser, "#key [data-field='session.count']") == ["3", "1"]
+        assert int(field(browser, "key.version", "#key")) == client.get("/v1/views/visits/sessions/keys/u0").json()["version"]
+        browser.save_screenshot(str(artifacts / "console" / "view-sessions.png"))

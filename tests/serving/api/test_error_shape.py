@@ -71,7 +71,7 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
     schema = client.get("/openapi.json").json()
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     operations = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()]
-    assert len(operations) == 12
+    assert len(operations) == 15
     for path, method, op in operations:
         responses = op["responses"]
         for status, response in responses.items():
@@ -85,7 +85,8 @@ def test_openapi_declares_every_error_with_the_error_model(client: httpx.Client)
             assert "422" in responses, (path, method)
     protected = {(p, m) for p, m, op in operations if "security" in op}
     assert protected == {("/v1/views", "get"), ("/v1/views/{view}/keys", "get"), ("/v1/views/{view}/keys/{key}", "get"),
-                         ("/v1/views/{view}/top", "get"),
+                         ("/v1/views/{view}/top", "get"), ("/v1/views/{view}/sessions/keys/{key}", "get"),
+                         ("/v1/views/{view}/sessions/summary/{key}", "get"), ("/v1/views/{view}/sessions/top", "get"),
                          ("/v1/events", "post"), ("/v1/batch/runs", "post"), ("/v1/batch/runs", "get"),
                          ("/v1/batch/runs/{run_id}", "get"), ("/v1/pipelines", "get"), ("/v1/dead-letters", "get")}
 

@@ -16,6 +16,9 @@ Two runs, bounded in examples (not in time):
   security of reads optional (``security: [{APIKey: []}, {}]``), so ``ignored_auth`` holds there
   too, and writes answer 401.
 
+A third run fuzzes the view routes of a pipeline with a sliding and a session view
+(``tests.support.windows_pipeline``): window and range parameters, relative times, session reads.
+
 NDJSON bodies are sent by a hook (``tests.serving.api.schemathesis_hooks``). Findings fixed on the way:
 positive data refused for an Idempotency-Key the document allowed (now its length and characters
 are in the document, and a malformed header is a 400), NDJSON bodies that could not be generated
@@ -105,3 +108,23 @@ def test_schemathesis_all_checks_against_a_live_server(spark: Any, make_settings
         run = schemathesis(server.base_url, tmp_path, "--exclude-path", "/readyz",  # its 503 is by design (above)
                            checks="ignored_auth,not_a_server_error,status_code_conformance")
     assert run.returncode == 0, f"schemathesis (loopback, no key sent) found problems:\n{run.stdout[-12000:]}"
+
+
+WINDOWS = "tests.support.windows_pipeline"
+
+
+@pytest.mark.slow
+def test_schemathesis_on_sliding_and_session_views(spark: Any, make_settings: Callable[..., Settings],
+                                                   api: Callable[..., Any], tmp_path: Path) -> None:
+    settings = make_settings(pipeline=WINDOWS)
+    rng = random.Random(11)
+    start = int(START.timestamp())
+    plays = [{"song": f"song-{rng.randrange(6)}", "listener": f"user-{rng.randrange(5)}",
+              "seconds": rng.randint(1, 300), "event_time": str(start + rng.randrange(6 * 3600))} for _ in range(120)]
+    ingest_file(settings, plays, tmp_path / "plays.jsonl")
+    run_batch(spark, settings, load_pipeline(WINDOWS), redis_url=settings.redis_url)
+    with api(pipeline=WINDOWS) as server:
+        run = schemathesis(server.base_url, tmp_path, "--include-path-regex", "^/v1/views",
+                           checks="not_a_server_error,status_code_conformance,content_type_conformance,"
+                                  "response_schema_conformance")
+    assert run.returncode == 0, f"schemathesis (sliding and session views) found problems:\n{run.stdout[-12000:]}"
