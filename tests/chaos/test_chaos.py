@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.chaos]
 
 
 def test_chaos_bounded(tmp_path: Path) -> None:
-    plan = FaultPlan(max_faults=len(FAULT_KINDS), min_gap=4.0, max_gap=10.0, wait_fresh=False, seed=7)
+    plan = FaultPlan(max_faults=len(FAULT_KINDS), min_gap=2.0, max_gap=4.0, wait_fresh=False, seed=7)
     result = run_chaos(ChaosConfig(work_dir=tmp_path, plan=plan, rate=15.0, max_batch=30), progress=print)
     print(result.table())
 

@@ -133,39 +133,39 @@ BYOP, SEVERAL = "Bring your own pipeline", "Several pipelines in one deployment"
 SHARED = "run on the module's one platform"
 RULES = (
     Rule("Two commands", r"make run", "test_make_targets",
-         "checked: `make -n run` runs .venv/bin/lambda-platform up (run in test_several_pipelines_as_written and "
+         "checked: `make -n run` runs .venv/bin/lambda-platform up (run in test_the_tutorial_as_written and "
          "tests/deploy/supervision/test_up.py)"),
     Rule("Two commands", r"make test", "test_make_targets", "checked: `make -n test` runs pytest (this suite)"),
     Rule("Two commands", r"curl -s localhost:8000/v1/views/word_counts/keys/the", "test_curl_commands",
          "checked: route, view, key in the wordcount sample, the answer shown; the query runs in tests/deploy/supervision/test_up.py"),
-    Rule(BYOP, r"source \.venv/bin/activate", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(BYOP, r"mkdir -p ~/clicks && cd ~/clicks", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(BYOP, r"export LAMBDA_PIPELINE=clicks", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(BYOP, r"printf %s\\n .* > clicks\.jsonl", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(BYOP, r"lambda-platform ingest clicks\.jsonl", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(BYOP, r"lambda-platform batch run", "test_bring_your_own_pipeline_as_written", SHARED),
+    Rule(BYOP, r"source \.venv/bin/activate", "test_the_tutorial_as_written", SHARED),
+    Rule(BYOP, r"mkdir -p ~/clicks && cd ~/clicks", "test_the_tutorial_as_written", SHARED),
+    Rule(BYOP, r"export LAMBDA_PIPELINE=clicks", "test_the_tutorial_as_written", SHARED),
+    Rule(BYOP, r"printf %s\\n .* > clicks\.jsonl", "test_the_tutorial_as_written", SHARED),
+    Rule(BYOP, r"lambda-platform ingest clicks\.jsonl", "test_the_tutorial_as_written", SHARED),
+    Rule(BYOP, r"lambda-platform batch run", "test_the_tutorial_as_written", SHARED),
     Rule(BYOP, r"lambda-platform up --no-generate", "test_every_lambda_platform_command_parses",
          "checked: parses; the module's one `up` is Several pipelines' (clicks the default); "
          "`up --no-generate` on one pipeline runs in tests/deploy/supervision/test_up.py"),
-    Rule(BYOP, r"curl -s localhost:8000/v1/views/page_views/keys/news", "test_bring_your_own_pipeline_as_written",
+    Rule(BYOP, r"curl -s localhost:8000/v1/views/page_views/keys/news", "test_the_tutorial_as_written",
          SHARED),
     Rule(BYOP, r"curl -s -H Authorization: Bearer \$\(cat data/local_api_key\) -H Content-Type: application/json "
-               r"-d .* localhost:8000/v1/events", "test_bring_your_own_pipeline_as_written", SHARED),
-    Rule(SEVERAL, r"cd ~/clicks", "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"export LAMBDA_PIPELINES=.*", "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"export LAMBDA_BATCH_SCHEDULES=.*", "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"lambda-platform up", "test_several_pipelines_as_written", SHARED + " (it is that `up`)"),
-    Rule(SEVERAL, r"KEY=\$\(cat data/local_api_key\)", "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"curl -s localhost:8000/v1/pipelines", "test_several_pipelines_as_written", SHARED),
+               r"-d .* localhost:8000/v1/events", "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"cd ~/clicks", "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"export LAMBDA_PIPELINES=.*", "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"export LAMBDA_BATCH_SCHEDULES=.*", "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"lambda-platform up", "test_the_tutorial_as_written", SHARED + " (it is that `up`)"),
+    Rule(SEVERAL, r"KEY=\$\(cat data/local_api_key\)", "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"curl -s localhost:8000/v1/pipelines", "test_the_tutorial_as_written", SHARED),
     Rule(SEVERAL, r"curl -s localhost:8000/v1/pipelines/payments/views/spend_by_user/keys/[\w-]+",
-         "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"printf %s\\n .* > payments\.jsonl", "test_several_pipelines_as_written", SHARED),
+         "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"printf %s\\n .* > payments\.jsonl", "test_the_tutorial_as_written", SHARED),
     Rule(SEVERAL, r"curl -s -H Authorization: Bearer \$KEY -H Content-Type: application/x-ndjson "
                   r"--data-binary @payments\.jsonl localhost:8000/v1/pipelines/payments/events",
-         "test_several_pipelines_as_written", SHARED),
-    Rule(SEVERAL, r"lambda-platform --pipeline payments top spend_by_user", "test_several_pipelines_as_written",
+         "test_the_tutorial_as_written", SHARED),
+    Rule(SEVERAL, r"lambda-platform --pipeline payments top spend_by_user", "test_the_tutorial_as_written",
          SHARED),
-    Rule(SEVERAL, r"lambda-platform status", "test_several_pipelines_as_written", SHARED),
+    Rule(SEVERAL, r"lambda-platform status", "test_the_tutorial_as_written", SHARED),
     Rule("Bulk backfill", r"lambda-platform ingest history/2025/ extra\.csv", "test_bulk_backfill_as_written",
          "run: on files of its own (delta-rs, no JVM)"),
     Rule("Object storage", r"export LAMBDA_(TABLES_URI|S3_REGION|S3_ACCESS_KEY_ID|S3_SECRET_ACCESS_KEY)=.*",
@@ -747,14 +747,22 @@ def payments_oracle(master: Path, version: int, user: str) -> dict[str, Any]:
 
 
 def on_the_platform(test: Callable[..., None]) -> Callable[..., None]:
-    """Slow, a whole `up` tree, and on the xdist worker of the other test sharing the module's one `up`."""
-    for mark in (pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.xdist_group("readme_platform")):
+    """Slow, and a whole `up` tree."""
+    for mark in (pytest.mark.slow, pytest.mark.uses_platform):
         test = mark(test)
     return test
 
 
 @on_the_platform
-def test_bring_your_own_pipeline_as_written(tutorial: Tutorial) -> None:
+def test_the_tutorial_as_written(tutorial: Tutorial) -> None:
+    """Bring your own pipeline, then Several pipelines, on the one `up` the README's blocks start: one test, so the
+    module's platform is started once (two tests sharing it were torn down and started again when the worker ran
+    another module's test between them)."""
+    _bring_your_own_pipeline_as_written(tutorial)
+    _several_pipelines_as_written(tutorial)
+
+
+def _bring_your_own_pipeline_as_written(tutorial: Tutorial) -> None:
     said = tutorial.said()
     assert "ingested 3 events" in said and "Traceback" not in said, said
     queries = commands(bash_blocks(BYOP)[1])
@@ -787,8 +795,7 @@ def test_bring_your_own_pipeline_as_written(tutorial: Tutorial) -> None:
         time.sleep(0.5)
 
 
-@on_the_platform
-def test_several_pipelines_as_written(tutorial: Tutorial) -> None:
+def _several_pipelines_as_written(tutorial: Tutorial) -> None:
     said = " ".join(tutorial.said().split())
     assert "loaded 2000 sample events" in said and "Lambda platform up (pipelines clicks, payments" in said, said
     names = section_pipelines(SEVERAL)

@@ -1,7 +1,7 @@
 """A commit the speed layer reads over several micro-batches is shown whole or not at all.
 
 Delta's own streaming source (the delta-spark engine) admits a commit's files one by one against a
-micro-batch's limits, so a bulk ingest of several files (a Parquet file of four row groups, ingested
+micro-batch's limits, so a bulk ingest of several files (a Parquet file of six row groups, ingested
 by Spark: a file each) under a small row cap is read over several micro-batches. Every answer names
 a version; each must equal the oracle (plain Python over the master dataset at that version): never
 part of a version named as all of it, and never a micro-batch half shown. Real Spark, Delta, Redis
@@ -60,7 +60,7 @@ def test_a_commit_split_across_micro_batches_is_shown_whole_or_not_at_all(
     master.append(pipeline.schema.validate(oracle.payments_events(rng, 40, START, seconds=3 * 3600)))
     run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
     bulk = tmp_path / "bulk.parquet"
-    _bulk_file(bulk, rng, 200, rows_per_group=50)
+    _bulk_file(bulk, rng, 60, rows_per_group=10)  # three micro-batches of 20 rows: two end inside the version
 
     with api(pipeline="payments") as server, running_speed_layer(spark, settings) as speed:
         wait_caught_up(settings, speed=speed)
