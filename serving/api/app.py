@@ -32,7 +32,7 @@ from serving.api.routes import batch, dead_letters, events, health, sessions, vi
 from serving.store.errors import StoreUnavailableError
 from serving.store.reader import ServingStore
 from serving.store.runs import RunRegistry
-from serving.store.session_reads import TopTooLargeError
+from serving.store.session_reads import SessionReads, TopTooLargeError
 from shared_logic.errors import SharedLogicError, UnknownNameError
 from shared_logic.event_values import ECHO_LIMIT, clip, echo
 from shared_logic.registry import load_pipeline
@@ -229,6 +229,9 @@ def _pipeline_app(settings: ApiConfig, *, redis_url: str, clock: Clock) -> FastA
             log.warning("cannot read the master dataset's schema at start (%s)", e)
         app.state.store = ServingStore(redis_url, pipeline.name, {view.name: repr(view) for view in pipeline.views},
                                        top_budget=settings.top_call_budget)
+        # The session routes' reads over that store (made once: registering their scripts hashes them).
+        app.state.session_reads = SessionReads(app.state.store, settings.max_session_top_keys,
+                                               settings.session_top_bytes)
         app.state.batch_runs = RunRegistry.from_url(redis_url, pipeline.name, fail_fast=True)
         try:
             yield

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from serving.api import queries, session_answers
 from serving.api.auth import require
-from serving.api.deps import PipelineDep, StoreDep
+from serving.api.deps import PipelineDep
 from serving.api.lean_route import LeanRoute
 from serving.api.models import error_responses
 from serving.api.routes.views import ViewName, view_of
@@ -32,13 +32,9 @@ RangeEnd = Annotated[QueryTime, Query(alias="to", description=f"Range end (exclu
 Last = Annotated[QueryDuration, Query(description="The range from now minus this duration to now (`15m`, `1h`).")]
 
 
-def _reads(request: Request, store: StoreDep) -> SessionReads:
-    """The app's session reads over its store (made once: registering their scripts hashes them)."""
-    state = request.app.state
-    reads = getattr(state, "session_reads", None)
-    if reads is None or reads.store is not store:
-        settings = state.settings
-        reads = state.session_reads = SessionReads(store, settings.max_session_top_keys, settings.session_top_bytes)
+def _reads(request: Request) -> SessionReads:
+    """The app's session reads over its store (made with the store, in the app's lifespan)."""
+    reads: SessionReads = request.app.state.session_reads
     return reads
 
 
@@ -48,7 +44,7 @@ def _range(request: Request, start: RangeStart, end: RangeEnd, last: Last) -> se
 
 @router.get("/{view}/sessions/keys/{key:path}", response_model=SessionsAnswer, response_model_exclude_none=True,
             responses=error_responses(404, 422, 503), summary="A key's sessions in a range (session views, exact)")
-async def key_sessions(request: Request, pipeline: PipelineDep, store: StoreDep, view: ViewName, key: SessionKey,
+async def key_sessions(request: Request, pipeline: PipelineDep, view: ViewName, key: SessionKey,
                        start: RangeStart = None, end: RangeEnd = None, last: Last = None) -> SessionsAnswer:
     """The key's sessions (maximal runs of its events no more than the view's gap apart) that overlap the range,
     oldest first, each with its start, end, duration and the view's measures: the batch generation's sessions
@@ -56,24 +52,24 @@ async def key_sessions(request: Request, pipeline: PipelineDep, store: StoreDep,
     or bridges sessions across the batch/speed boundary is merged in). Sessions folded past the view's
     `max_sessions` are in `folded`; `exact` is false when they touch the range."""
     chosen = view_of(pipeline, view)
-    return await session_answers.key_sessions(_reads(request, store), chosen, key, _range(request, start, end, last))
+    return await session_answers.key_sessions(_reads(request), chosen, key, _range(request, start, end, last))
 
 
 @router.get("/{view}/sessions/summary/{key:path}", response_model=SessionSummary, response_model_exclude_none=True,
             responses=error_responses(404, 422, 503), summary="A key's session summary (count, total and mean duration)")
-async def key_summary(request: Request, pipeline: PipelineDep, store: StoreDep, view: ViewName, key: SessionKey,
+async def key_summary(request: Request, pipeline: PipelineDep, view: ViewName, key: SessionKey,
                       start: RangeStart = None, end: RangeEnd = None, last: Last = None) -> SessionSummary:
     """How many of the key's sessions overlap the range, their total, mean and longest duration (seconds), at
     `version`. Folded sessions count when their whole span lies in the range; `exact` says when they touch it
     otherwise."""
     chosen = view_of(pipeline, view)
-    return await session_answers.key_summary(_reads(request, store), chosen, key, _range(request, start, end, last))
+    return await session_answers.key_summary(_reads(request), chosen, key, _range(request, start, end, last))
 
 
 @router.get("/{view}/sessions/top", response_model=SessionTopAnswer, response_model_exclude_none=True,
             responses=error_responses(404, 422, 503), summary="Top keys by session count or longest session (exact)")
 async def top_keys(
-    request: Request, pipeline: PipelineDep, store: StoreDep, view: ViewName,
+    request: Request, pipeline: PipelineDep, view: ViewName,
     by: Annotated[Literal["count", "longest"], Query(description="Rank by how many sessions overlap the range "
                                                                  "(`count`) or by the longest of them (`longest`).")] = "count",
     n: Annotated[int, Query(ge=1, le=1000, description="How many keys.")] = 10,
@@ -91,4 +87,4 @@ async def top_keys(
     answered when no such key can reach the top `n` (all time too), else it is a 422 naming the key, the range
     and the fix, never an inexact ranking."""
     chosen = view_of(pipeline, view)
-    return await session_answers.top_keys(_reads(request, store), chosen, by, n, _range(request, start, end, last))
+    return await session_answers.top_keys(_reads(request), chosen, by, n, _range(request, start, end, last))
