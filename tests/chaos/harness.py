@@ -1,8 +1,9 @@
 """One chaos run, start to finish: `up` under faults with live traffic, then the audit.
 
 1. Start `lambda-platform up --no-generate` (wordcount, a fresh data dir under ``work_dir``, a
-   free port, an API key; ``platform_tree``) and wait until it is ready. The master's events at
-   that point (the sample events `up` loads) are the baseline.
+   free port, an API key, any ``up_env``; ``platform_tree``) and wait until it is ready; run the
+   ``before_traffic`` steps, if any. The master's events at that point (the sample events `up`
+   loads, and whatever those steps wrote) are the baseline.
 2. Writers post events under Idempotency-Keys and retry each until acknowledged; a reader checks
    every answer as it arrives (``traffic``); the injector kills parts and forces recomputes
    (``faults``) until ``max_faults`` or ``duration``.
@@ -21,7 +22,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,10 @@ class ChaosConfig:
     batch_schedule: str = "1h"
     line_separators: bool = False
     reader_interval: float = 0.25
+    #: More settings for `up` (``LAMBDA_*`` name to value), e.g. the README's Kafka section's.
+    up_env: Mapping[str, str] = field(default_factory=dict)
+    #: Steps run once `up` is ready, before the baseline and the traffic (what they write is baseline).
+    before_traffic: Callable[[httpx.Client, UpTree], None] | None = None
 
 
 def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = lambda _: None) -> ChaosReport:
@@ -70,6 +75,7 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = lambda _: N
             result = run.audit(http, latest)
         run.note("stopping up (SIGTERM)")
         result.stop_seconds = run.tree.stop()
+        result.up_exit_code = run.tree.up_exit_code()
         result.seconds = time.monotonic() - run.began
         return result
     finally:
@@ -84,7 +90,8 @@ class ChaosRun:
         self.data_dir = config.work_dir / "data"
         self.master = self.data_dir.resolve() / "master" / "wordcount"
         self.tree = UpTree(UpConfig(data_dir=self.data_dir, port=free_port(), api_key=secrets.token_urlsafe(16),
-                                    batch_schedule=config.batch_schedule), config.work_dir / "up.log")
+                                    batch_schedule=config.batch_schedule, env=tuple(config.up_env.items())),
+                           config.work_dir / "up.log")
         self.findings = Findings()
         self.stop_writers, self.stop_reader = threading.Event(), threading.Event()
         self.writers: list[Writer] = []
@@ -103,6 +110,9 @@ class ChaosRun:
         self.note(f"starting up (data {self.data_dir}, port {self.tree.config.port}, logs {c.work_dir})")
         if not served.wait_settled(http, None, c.ready_timeout, lambda: _check_alive(self.tree)):
             raise HarnessError(f"the platform was not ready within {c.ready_timeout:.0f}s; see {self.tree.log_path}")
+        if c.before_traffic is not None:
+            self.note("ready; the steps before traffic")
+            c.before_traffic(http, self.tree)
         self.baseline_version = DeltaTable(str(self.master)).version()
         events = oracle.read_events(self.master, self.baseline_version)
         self.ledger = Ledger(Counter(w for e in events for w in oracle.words(e["text"])))

@@ -45,6 +45,8 @@ class UpConfig:
     speed_trigger_seconds: float = 0.5
     spark_master: str = "local[2]"
     shuffle_partitions: int = 2
+    #: More settings for `up` (name, value), applied last: e.g. the README's Kafka section's ``export``.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 class UpTree:
@@ -60,7 +62,8 @@ class UpTree:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.config.port}"
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
+        """The environment `up` runs with (also what a command run beside it needs: the same data dir and keys)."""
         c = self.config
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_") and k != MARKER}
         env.update({
@@ -74,6 +77,7 @@ class UpTree:
         })
         if "LAMBDA_SPARK_CLASS_ARCHIVE_DIR" in os.environ:  # a baseline without it: set it empty (benchmarks/chaos.py)
             env["LAMBDA_SPARK_CLASS_ARCHIVE_DIR"] = os.environ["LAMBDA_SPARK_CLASS_ARCHIVE_DIR"]
+        env.update(c.env)
         return env
 
     def start(self) -> None:
@@ -83,7 +87,7 @@ class UpTree:
             log.write(f"\n=== chaos harness: starting up (start {self.starts + 1}) at {time.ctime()} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "deploy.cli", "up", "--no-generate"], env=self._env(), cwd=REPO_ROOT,
+                [sys.executable, "-m", "deploy.cli", "up", "--no-generate"], env=self.env(), cwd=REPO_ROOT,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.starts += 1

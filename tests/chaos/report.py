@@ -93,6 +93,8 @@ class ChaosReport:
     rss_mb: dict[str, tuple[float, float]] = field(default_factory=dict)
     batch_runs: Counter[str] = field(default_factory=Counter)
     stop_seconds: float | None = None
+    #: `up`'s exit status after the final SIGTERM (0: it stopped everything cleanly).
+    up_exit_code: int | None = None
     log_dir: str = ""
 
     @property

@@ -22,7 +22,7 @@ Run for real:
   temporary folder) up to its ``up``, then the first block of "Several pipelines in one deployment",
   whose ``up`` serves ``clicks`` as the default pipeline with ``payments`` beside it: one ``up`` for
   both sections (the one ``up --no-generate`` of Bring your own pipeline is that same command on one
-  pipeline; it runs in tests/deploy/supervision/test_up.py). Then the second block of each section, command by
+  pipeline; it runs in tests/chaos/test_chaos.py). Then the second block of each section, command by
   command, from ``~/clicks`` in a new shell each (a shell's own ``export``/assignments carried to its
   later commands). Oracle: the master datasets read with ``deltalake`` at the version each answer names,
   summed in plain Python. The only changes: the port (``localhost:8000`` -> a free port, also
@@ -134,10 +134,10 @@ SHARED = "run on the module's one platform"
 RULES = (
     Rule("Two commands", r"make run", "test_make_targets",
          "checked: `make -n run` runs .venv/bin/lambda-platform up (run in test_the_tutorial_as_written and "
-         "tests/deploy/supervision/test_up.py)"),
+         "tests/chaos/test_chaos.py)"),
     Rule("Two commands", r"make test", "test_make_targets", "checked: `make -n test` runs pytest (this suite)"),
     Rule("Two commands", r"curl -s localhost:8000/v1/views/word_counts/keys/the", "test_curl_commands",
-         "checked: route, view, key in the wordcount sample, the answer shown; the query runs in tests/deploy/supervision/test_up.py"),
+         "checked: route, view, key in the wordcount sample, the answer shown; the query runs in tests/chaos/test_chaos.py"),
     Rule(BYOP, r"source \.venv/bin/activate", "test_the_tutorial_as_written", SHARED),
     Rule(BYOP, r"mkdir -p ~/clicks && cd ~/clicks", "test_the_tutorial_as_written", SHARED),
     Rule(BYOP, r"export LAMBDA_PIPELINE=clicks", "test_the_tutorial_as_written", SHARED),
@@ -146,7 +146,7 @@ RULES = (
     Rule(BYOP, r"lambda-platform batch run", "test_the_tutorial_as_written", SHARED),
     Rule(BYOP, r"lambda-platform up --no-generate", "test_every_lambda_platform_command_parses",
          "checked: parses; the module's one `up` is Several pipelines' (clicks the default); "
-         "`up --no-generate` on one pipeline runs in tests/deploy/supervision/test_up.py"),
+         "`up --no-generate` on one pipeline runs in tests/chaos/test_chaos.py"),
     Rule(BYOP, r"curl -s localhost:8000/v1/views/page_views/keys/news", "test_the_tutorial_as_written",
          SHARED),
     Rule(BYOP, r"curl -s -H Authorization: Bearer \$\(cat data/local_api_key\) -H Content-Type: application/json "
@@ -187,12 +187,12 @@ RULES = (
     Rule("Code on the executors", r"export LAMBDA_SPARK_(ARCHIVES|EXECUTOR_PYTHON)=.*", "test_packed_environment_block",
          "checked: settings validate and name the archive and its Python"),
     Rule("Events from Kafka", r"export LAMBDA_KAFKA_BOOTSTRAP_SERVERS=embedded LAMBDA_KAFKA_TOPICS=words",
-         "test_kafka_block", "checked: the settings validate; tests/deploy/supervision/test_up.py starts its `up` "
+         "test_kafka_block", "checked: the settings validate; tests/chaos/test_chaos.py starts its `up` "
                              "with them (read from this line)"),
     Rule("Events from Kafka", r"\.venv/bin/lambda-platform up", "test_kafka_block",
-         "checked: parses; that `up` (with --no-generate) is tests/deploy/supervision/test_up.py's"),
+         "checked: parses; that `up` (with --no-generate) is tests/chaos/test_chaos.py's"),
     Rule("Events from Kafka", r"\.venv/bin/lambda-platform (kafka feed --demo 1000|kafka feed events\.jsonl|status)",
-         "test_kafka_block", "run as written by tests/deploy/supervision/test_up.py against its `up`, the embedded "
+         "test_kafka_block", "run as written by tests/chaos/test_chaos.py against its `up`, the embedded "
                              "broker's ingest checked against an oracle"),
     Rule("Compose and Kubernetes", r"docker build -f deploy/Dockerfile -t lambda-platform:[\w.]+ \.",
          "test_compose_block", "checked: the Dockerfile exists, the tag is the project's version and compose's image"),
@@ -535,7 +535,7 @@ def test_kafka_block() -> None:
     [block] = bash_blocks("Events from Kafka")
     settings = _settings_of(_lambda_variables(block), "Events from Kafka")
     assert settings.kafka_embedded and settings.kafka_topics_of(settings.pipeline) == (("words",), None)
-    assert "Events from Kafka" in (ROOT / "tests" / "deploy" / "supervision" / "test_up.py").read_text()
+    assert "Events from Kafka" in (ROOT / "tests" / "chaos" / "test_chaos.py").read_text()
 
 
 def test_compose_block() -> None:

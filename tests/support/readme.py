@@ -1,7 +1,7 @@
 """The README, parsed: its fenced code blocks under their headings, and each shell command of a bash block.
 
 Used by ``tests/deploy/test_readme.py`` (every README command accounted for) and by the tests that run a
-README section as written on a platform they start anyway (``tests/deploy/supervision/test_up.py``).
+README section as written on a platform they start anyway (``tests/chaos/test_chaos.py``).
 """
 
 from __future__ import annotations
