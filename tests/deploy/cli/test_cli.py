@@ -1,5 +1,9 @@
 """The command line end to end, as a user runs it: their own pipeline module, the embedded Redis.
 
+`batch run` keeps the JVM's lines (Spark's WARN lines, the JVM's own warnings) out of the terminal
+and in `DATA_DIR/logs/batch.log` (mode 0600), and stops the embedded Redis it started when it is
+done. A deprecated Spark setting (`spark.cache.class`) makes the JVM print one known WARN line.
+
 Oracle: plain-Python counts of the events the test wrote.
 """
 
@@ -16,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.runtime.redis_server import stop_embedded_redis
-from tests.support import CLICKS_PIPELINE, free_port, run_cli
+from deploy.runtime.redis_server import embedded_redis_url, ping, stop_embedded_redis
+from tests.support import CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, run_cli, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
@@ -31,7 +35,7 @@ def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
     env.update({
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path.cwd()), env.get("PYTHONPATH", "")]),
         "LAMBDA_DATA_DIR": str(data_dir), "LAMBDA_PIPELINE": "user_pipes.clicks",
-        "LAMBDA_SPARK_MASTER": "local[2]", "LAMBDA_HTTP_PORT": str(port),
+        "LAMBDA_SPARK_MASTER": "local[2]", "LAMBDA_HTTP_PORT": str(port), "LAMBDA_SPARK_CONF": NOISY_SPARK_CONF,
     })
     events = [{"page": f"/{s}/p{i}", "ms_on_page": i * 10} for i, s in enumerate(["news", "sport", "news", "tech"] * 5)]
     (tmp_path / "clicks.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -49,6 +53,11 @@ def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
         run = run_cli(env, "batch", "run")
         assert run.returncode == 0, run.stderr
         assert "page_views" in run.stdout and "20 events recomputed" in run.stdout
+        assert not any(jvm in run.stderr for jvm in JVM_LINE), run.stderr
+        log = data_dir / "logs" / "batch.log"
+        assert NOISY_SPARK_WARN in log.read_text() and oct(log.stat().st_mode & 0o777) == "0o600"
+        redis_dir = data_dir.resolve() / "redis"
+        wait_for(lambda: not ping(embedded_redis_url(redis_dir)), "the batch run's embedded Redis to stop", 60)
 
         server = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

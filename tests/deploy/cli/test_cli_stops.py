@@ -1,9 +1,11 @@
 """What a command leaves behind and what it prints on the way, as a user runs it.
 
-* `batch run` keeps the JVM's lines (Spark's WARN lines, the JVM's own warnings) out of the
-  terminal and in `DATA_DIR/logs/batch.log`; `-v` shows them as well, still logging them.
-* The embedded Redis a command started is stopped when it ends: done, Ctrl-C (SIGINT to its
-  process group, as a terminal sends it) or SIGTERM. While another command uses it, it stays up.
+* `batch run -v` shows the JVM's lines (Spark's WARN lines, the JVM's own warnings) as well as
+  logging them in `DATA_DIR/logs/batch.log` (without `-v` they stay out of the terminal:
+  tests/deploy/cli/test_cli.py).
+* The embedded Redis a command started is stopped when it ends: Ctrl-C (SIGINT to its process
+  group, as a terminal sends it), SIGTERM, or done (tests/deploy/cli/test_cli.py). While another
+  command uses it, it stays up.
 * `up --no-generate` names only the parts it runs when it stops.
 * Ctrl-C or SIGTERM raised inside a `__del__` (Python prints such an exception and drops it) comes again.
 
@@ -13,7 +15,6 @@ A deprecated Spark setting (`spark.cache.class`) makes the JVM print one known W
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import signal
@@ -33,16 +34,14 @@ import redis
 from deploy.runtime.redis_server import embedded_redis, embedded_redis_url, ping, stop_embedded_redis
 from deploy.supervision.launcher import stopping
 from deploy.supervision.supervisor import Child
-from tests.support import CLI, CLICKS_PIPELINE, free_port, wait_for
-
-WARN = "The configuration key 'spark.cache.class' has been deprecated"
+from tests.support import CLI, CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, wait_for
 
 
 def _env(tmp_path: Path, **more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
     env.update({"LAMBDA_DATA_DIR": str(tmp_path / "data"), "LAMBDA_ENV_FILE": os.devnull,
                 "LAMBDA_SPARK_MASTER": "local[1]", "LAMBDA_SPARK_SHUFFLE_PARTITIONS": "1",
-                "LAMBDA_SPARK_CONF": json.dumps({"spark.cache.class": "x"}), **more})
+                "LAMBDA_SPARK_CONF": NOISY_SPARK_CONF, **more})
     return env
 
 
@@ -108,26 +107,6 @@ def _read(stream: IO[str], put: Callable[[str], object]) -> None:
         put(line)
 
 
-#: A line of the JVM's: log4j's (``... WARN ...``) or the JVM's own (``WARNING: Using incubator modules``).
-_JVM_LINE = (" WARN ", "WARNING:")
-
-
-@pytest.mark.slow
-def test_batch_run_keeps_jvm_lines_in_its_log_file_and_stops_the_redis_it_started(tmp_path: Path) -> None:
-    env = _env(tmp_path)
-    _ingest(tmp_path, env)
-    with _command(env, "batch", "run") as run:
-        pid = _redis_pid(tmp_path / "data")
-        said = run.said()
-        assert run.process.returncode == 0, said
-        assert "events recomputed" in "".join(run.output)
-        assert not any(jvm in said for jvm in _JVM_LINE), said
-        log = (tmp_path / "data" / "logs" / "batch.log").read_text()
-        assert WARN in log, log
-        assert oct((tmp_path / "data" / "logs" / "batch.log").stat().st_mode & 0o777) == "0o600"
-        wait_for(lambda: _gone(pid), "the embedded Redis to stop after the batch run", 60)
-
-
 @pytest.mark.slow
 def test_ctrl_c_during_a_verbose_batch_run_stops_its_redis_and_showed_the_jvm_lines(tmp_path: Path) -> None:
     env = _env(tmp_path)
@@ -135,13 +114,13 @@ def test_ctrl_c_during_a_verbose_batch_run_stops_its_redis_and_showed_the_jvm_li
     with _command(env, "--verbose", "batch", "run") as run:
         pid = _redis_pid(tmp_path / "data")
         seen: list[str] = []
-        while not any(jvm in line for line in seen for jvm in _JVM_LINE):  # Spark starts: -v shows its lines
+        while not any(jvm in line for line in seen for jvm in JVM_LINE):  # Spark starts: -v shows its lines
             seen.append(run.errors.get(timeout=600))
         os.killpg(run.process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         said = run.said(300)
         assert run.process.returncode == 130, said
         wait_for(lambda: _gone(pid), "the embedded Redis to stop after Ctrl-C", 60)
-        assert WARN in (tmp_path / "data" / "logs" / "batch.log").read_text()  # -v shows it and logs it
+        assert NOISY_SPARK_WARN in (tmp_path / "data" / "logs" / "batch.log").read_text()  # -v shows it and logs it
 
 
 @pytest.mark.slow
