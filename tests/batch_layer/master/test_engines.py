@@ -4,7 +4,8 @@ A master dataset written by one engine (events, a barrier, events after it) is r
 other: its snapshot at the barrier, and the speed layer's input, whose ``_version`` must be the
 commit version the writer reported. Appends from both engines at once lose nothing and get
 distinct versions. Gold generations are seen, and not repeated, across engines. Spark's bulk
-ingest keeps the delta-rs ingest's semantics. Compaction by JVM Delta changes no row (the platform
+ingest keeps the delta-rs ingest's semantics. A gold write failing in a Spark task (a poison row) commits
+nothing on either engine, and is written again. Compaction by JVM Delta changes no row (the platform
 vacuums with delta-rs whatever the engine: tests/batch_layer/master/test_vacuum.py).
 
 Oracle: the events the test itself appended (plain Python lists) and the versions the writers
@@ -158,6 +159,27 @@ def test_gold_generations_are_shared_and_never_repeated_across_engines(spark, tm
     assert DeltaTable(str(table)).transaction_version("lambda-batch") == 7
     write_generation(frame(first), table, rs, generation=7)  # the repeat through delta-rs: nothing either
     assert content() == second and content(v5) == first and g5.rows == 2
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_a_gold_write_failing_on_a_poison_row_commits_nothing_and_is_written_again(spark, tmp_path: Path,
+                                                                                  engine: str) -> None:
+    """What the batch run's poison search relies on, on each engine: a generation whose rows fail in a Spark
+    task (ANSI division by zero) commits nothing, and the same generation written again without that row
+    commits once, with exactly the other rows."""
+    table = tmp_path / "gold" / "view"
+    rows = [(1, 2), (3, 0), (8, 4)]
+    frame = spark.createDataFrame(rows, "a long, b long")
+    with pytest.raises(Exception, match="DIVIDE_BY_ZERO"):
+        write_generation(frame.selectExpr("a", "a / b AS ratio"), table, get_engine(engine), generation=3)
+    assert not (table / "_delta_log").exists() or not list((table / "_delta_log").glob("*.json")), "a commit was made"
+
+    written = write_generation(frame.where("b != 0").selectExpr("a", "a / b AS ratio"), table, get_engine(engine),
+                               generation=3)
+    got = DeltaTable(str(table))
+    assert got.transaction_version("lambda-batch") == 3 and written.rows == 2
+    assert sorted((r["a"], r["ratio"]) for r in got.to_pyarrow_table().to_pylist()) == [
+        (a, a / b) for a, b in rows if b != 0]
 
 
 def _ingest_file(path: Path, lines: list[str]) -> Path:
