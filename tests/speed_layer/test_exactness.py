@@ -1,10 +1,11 @@
 """The promise: once the speed layer has processed the master dataset through version N, every
 answer equals the view computed from scratch over the master dataset at version N.
 
-Events are ingested while the speed layer runs, batch runs start at random points (and one is
-killed midway), the master dataset is compacted mid-stream, a micro-batch is replayed after its
-increments reached Redis, a speed-layer process dies half-way through a micro-batch's writes, and
-Redis restarts under it. After each scenario every key of every
+Events are ingested while the speed layer runs, a batch run is killed midway, a micro-batch is
+replayed after its increments reached Redis, a speed-layer process dies half-way through a
+micro-batch's writes, and Redis restarts under it. (Batch runs at random points and the master
+compacted mid-stream, with readers throughout: tests/speed_layer/test_exactness_on_cluster.py, on the
+bucketed store.) After each scenario every key of every
 view (windowed ones included) and the top-N answers are compared over HTTP with the oracle
 (tests/oracle.py: plain Python over the master dataset read with delta-rs).
 
@@ -35,10 +36,9 @@ from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from tests import oracle
 from tests.support.master import open_master
-from tests.support.payments import READ_ITEMS, ingest_some
+from tests.support.payments import ingest_some
 from tests.support.servers import RedisServer
 from tests.support.speed import (
-    VersionedReader,
     assert_exact,
     processed_version,
     running_speed_layer,
@@ -47,31 +47,15 @@ from tests.support.speed import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
-def test_invariant_under_concurrent_batch_runs_and_compaction(spark, make_settings, api) -> None:
-    # Small chunks: a micro-batch takes many write calls, so readers often land between two of them.
-    settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2, speed_chunk_rows=3)
-    master, rng = open_master(settings), random.Random(11)
-    ingest_some(master, rng, 80)
-    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
-    with running_speed_layer(spark, settings), api(pipeline="payments") as server:
-        with VersionedReader(server.base_url, settings, READ_ITEMS) as reader:
-            for step in range(14):
-                ingest_some(master, rng, rng.randint(1, 15))
-                if step in (3, 9):
-                    run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
-                if step == 6:
-                    master.engine.compact(settings.master_path)
-                time.sleep(rng.uniform(0, 0.3))
-            version = wait_caught_up(settings)
-        assert assert_exact(server.base_url, settings, version) > 50
-    assert reader.check() > 20
-
 
 def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, make_settings, api) -> None:
     """A micro-batch cut in half (its Python worker, or the driver writing a small micro-batch, dies after
     its first write call) is invisible. Its replay, under settings that would now send it the other way,
     goes the way its first attempt went (its plan says so) and completes it: nothing counted twice.
-    Both ways in turn on one master: cut in the tasks and replayed with driver settings, then the reverse."""
+    Both ways in turn on one master: cut in the tasks and replayed with driver settings, then the reverse.
+    The task-side cut is a real SIGKILL of a speed-layer process's Python worker (a fault point reached in
+    an executor); the driver-side cut fails the query in this process at the same point, leaving Redis as
+    the kill would (the kill -9 of a whole speed-layer process: the chaos test's ``speed`` fault)."""
     driver_rows = {"tasks": 0, "driver": 10_000}
     master, rng = None, random.Random(31)
     for cut_by, replay_by in (("tasks", "driver"), ("driver", "tasks")):
@@ -91,9 +75,12 @@ def _cut_and_replay(spark, settings, api, master, rng: random.Random, cut_by: st
     committed = DeltaTable(str(settings.master_path)).version()
     assert processed_version(settings) == committed
     ingest_some(master, rng, 40)
-    cut = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-between-chunks", "LAMBDA_SPEED_CHUNK_ROWS": "2",
-                                    "LAMBDA_SPEED_DRIVER_ROWS": str(cut_driver_rows)})
-    assert cut.wait(300) != 0, "the speed layer survived a write partition dying midway"
+    if cut_by == "tasks":
+        cut = _speed_process(settings, {"LAMBDA_FAULT_POINTS": "speed-between-chunks",
+                                        "LAMBDA_SPEED_CHUNK_ROWS": "2", "LAMBDA_SPEED_DRIVER_ROWS": str(cut_driver_rows)})
+        assert cut.wait(300) != 0, "the speed layer survived a write partition dying midway"
+    else:
+        _cut_in_the_driver(spark, settings.model_copy(update={"speed_driver_rows": cut_driver_rows}))
 
     client = redis.Redis.from_url(settings.redis_url)
     speed = client.hgetall(Keys("payments").speed)
@@ -118,6 +105,17 @@ def _cut_and_replay(spark, settings, api, master, rng: random.Random, cut_by: st
         assert wait_caught_up(settings) == latest
         with api(pipeline="payments") as server:
             assert assert_exact(server.base_url, settings, latest, named=True) > 30
+
+
+def _cut_in_the_driver(spark, settings) -> None:
+    """The speed layer, in this process, fails for good between a micro-batch's first and second write calls."""
+    def die() -> None:
+        raise ValueError("injected: the driver died between two write calls")  # not transient: not restarted
+
+    with injected("speed-between-chunks", die), pytest.raises(RuntimeError, match="query failed"), \
+            running_speed_layer(spark, settings) as speed:
+        speed.join(300)
+        assert not speed.is_alive(), "the speed layer survived its driver dying midway"
 
 
 def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subprocess.Popen:
