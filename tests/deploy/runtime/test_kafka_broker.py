@@ -61,31 +61,6 @@ def test_records_produced_to_three_partitions_are_consumed_back_exactly(kafka_br
         sorted((r.partition, r.offset, r.key, r.value) for r in read)
 
 
-@pytest.mark.slow  # over 10 s: the end-to-end tier
-@pytest.mark.uses_kafka
-def test_stop_leaves_no_process_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
-    folder = tmp_path / "kafka"
-    broker = KafkaBroker(folder).start()
-    assert broker.process is not None
-    pid = broker.process.pid
-    assert running_pid(folder) == pid
-    topic = unique_topic()
-    create_topic(broker.bootstrap, topic, partitions=1)
-    produce(broker.bootstrap, topic, [(b"k", b"kept across a restart")])
-    cluster_id = (folder / "data" / "meta.properties").read_text()
-
-    assert broker.stop()
-    assert not psutil.pid_exists(pid)
-    assert running_pid(folder) is None
-    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or ())]
-
-    with broker:  # the same folder and ports: the storage is not formatted again, the record is there
-        assert [(r.key, r.value) for r in consume_all(broker.bootstrap, topic, partitions=1)] == \
-            [(b"k", b"kept across a restart")]
-        assert (folder / "data" / "meta.properties").read_text() == cluster_id
-    assert not broker.stop()  # stopped already
-
-
 def test_a_taken_port_is_named_before_any_jvm_starts(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -117,22 +92,38 @@ def test_the_command_line_explains_itself() -> None:
 
 @pytest.mark.slow
 @pytest.mark.uses_kafka
-def test_the_command_line_runs_a_broker_until_ctrl_c(tmp_path: Path) -> None:
-    folder, port = tmp_path / "data" / "kafka", free_port()
+def test_the_command_line_runs_a_broker_until_ctrl_c_and_a_restart_keeps_the_data(tmp_path: Path) -> None:
+    """Ctrl-C stops the command's broker and leaves no process; the broker started again on the same folder and
+    port (``KafkaBroker``, as `up` starts it) does not format its storage again: the record is still there."""
+    folder, port, controller_port = tmp_path / "data" / "kafka", free_port(), free_port()
     command = subprocess.Popen([sys.executable, "-m", "deploy.runtime.kafka_broker", "--dir", str(folder),
-                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--port", str(port), "--controller-port", str(controller_port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    topic = unique_topic()
     try:
         assert command.stdout is not None
         ready = command.stdout.readline()  # printed once the broker answers
         assert f"bootstrap.servers=127.0.0.1:{port}" in ready, command.stderr.read() if command.stderr else ready
-        topic = unique_topic()
-        create_topic(f"127.0.0.1:{port}", topic, partitions=2)
+        create_topic(f"127.0.0.1:{port}", topic, partitions=1)
+        produce(f"127.0.0.1:{port}", topic, [(b"k", b"kept across a restart")])
+        cluster_id = (folder / "data" / "meta.properties").read_text()
         broker_pid = running_pid(folder)
         assert broker_pid is not None
         os.kill(command.pid, signal.SIGINT)
         assert command.wait(60) == 0
-        assert not psutil.pid_exists(broker_pid)
+        assert not psutil.pid_exists(broker_pid) and running_pid(folder) is None
+        assert not [p.pid for p in psutil.process_iter(["cmdline"]) if str(folder) in " ".join(p.info["cmdline"] or ())]
     finally:
         if command.poll() is None:
             command.kill()
             command.wait()
+
+    broker = KafkaBroker(folder, port=port, controller_port=controller_port)
+    with broker:
+        assert broker.process is not None and running_pid(folder) == broker.process.pid
+        pid = broker.process.pid
+        assert [(r.key, r.value) for r in consume_all(broker.bootstrap, topic, partitions=1)] == \
+            [(b"k", b"kept across a restart")]
+        assert (folder / "data" / "meta.properties").read_text() == cluster_id
+    assert not psutil.pid_exists(pid) and running_pid(folder) is None
+    assert not broker.stop()  # stopped already
