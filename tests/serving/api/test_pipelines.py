@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,13 +28,16 @@ KEY = "test-admin-key-0001"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 
 
-@pytest.fixture
-def two(spark: Any, make_settings: Callable[..., Settings], tmp_path: Path,
-        redis_url: str) -> tuple[Settings, dict[str, Published]]:
-    settings = make_settings(pipelines=["wordcount", "payments"], api_keys={KEY: ["read", "ingest", "admin"]})
+@pytest.fixture(scope="module")
+def two(spark: Any, module_settings: Callable[..., Settings], tmp_path_factory: pytest.TempPathFactory,
+        module_redis_url: str) -> tuple[Settings, dict[str, Published]]:
+    """Both pipelines ingested and recomputed once for the module (the last test adds an event and a queued run,
+    which the others, run before it, never see: nothing recomputes)."""
+    settings = module_settings(pipelines=["wordcount", "payments"], api_keys={KEY: ["read", "ingest", "admin"]})
     rng = random.Random(11)
     events = {"wordcount": oracle.wordcount_events(rng, 40, START), "payments": oracle.payments_events(rng, 60, START)}
-    published = {name: publish(spark, settings.for_pipeline(name), events[name], tmp_path, redis_url)
+    folder = tmp_path_factory.mktemp("events")
+    published = {name: publish(spark, settings.for_pipeline(name), events[name], folder, module_redis_url)
                  for name in settings.pipeline_names}
     return settings, published
 
@@ -59,11 +61,11 @@ def _problems(http: httpx.Client, prefix: str, published: Published) -> list[str
 
 
 @pytest.mark.slow  # over 10 s: the end-to-end tier
-def test_each_pipeline_answers_its_own_oracle(two: tuple[Settings, dict[str, Published]], redis_url: str) -> None:
+def test_each_pipeline_answers_its_own_oracle(two: tuple[Settings, dict[str, Published]], module_redis_url: str) -> None:
     from serving.api.app import create_app
 
     settings, published = two
-    with ApiServer(create_app(settings, redis_url=redis_url)) as server, \
+    with ApiServer(create_app(settings, redis_url=module_redis_url)) as server, \
             _client(server) as http:
         listing = http.get("/v1/pipelines").json()["pipelines"]
         assert [(p["name"], p["default"], p["generation"]) for p in listing] == [
@@ -81,11 +83,11 @@ def test_each_pipeline_answers_its_own_oracle(two: tuple[Settings, dict[str, Pub
 
 
 def test_unknown_pipeline_is_404_naming_the_known_ones(
-        two: tuple[Settings, dict[str, Published]], redis_url: str) -> None:
+        two: tuple[Settings, dict[str, Published]], module_redis_url: str) -> None:
     from serving.api.app import create_app
 
     settings, _ = two
-    with ApiServer(create_app(settings, redis_url=redis_url)) as server, \
+    with ApiServer(create_app(settings, redis_url=module_redis_url)) as server, \
             _client(server) as http:
         for method, path in (("POST", "/v1/pipelines/clicks/events"), ("GET", "/v1/pipelines/clicks/views"),
                              ("GET", "/v1/pipelines/clicks")):
@@ -99,14 +101,14 @@ def test_unknown_pipeline_is_404_naming_the_known_ones(
 
 
 def test_events_and_runs_go_to_the_addressed_pipeline(
-        two: tuple[Settings, dict[str, Published]], redis_url: str) -> None:
+        two: tuple[Settings, dict[str, Published]], module_redis_url: str) -> None:
     from serving.api.app import create_app
 
     settings, _ = two
     payment = {"user_id": "zed", "merchant": "acme", "amount": 2.5, "event_time": "2024-03-01T10:00:00Z"}
     paths = {name: settings.for_pipeline(name).master_path for name in settings.pipeline_names}
     before = {name: oracle.read_events(path) for name, path in paths.items()}
-    with ApiServer(create_app(settings, redis_url=redis_url)) as server, \
+    with ApiServer(create_app(settings, redis_url=module_redis_url)) as server, \
             _client(server) as http:
         posted = http.post("/v1/pipelines/payments/events", json=payment)
         assert posted.status_code in (200, 202), posted.text
