@@ -28,7 +28,8 @@ from tests.support.speed import VersionedReader, assert_exact, running_speed_lay
 pytestmark = pytest.mark.slow
 
 
-def test_invariant_under_concurrent_batch_runs_and_compaction_on_a_redis_cluster(spark, make_settings, api, cluster_url: str, redis_cluster) -> None:
+def test_invariant_under_concurrent_batch_runs_and_compaction_on_a_redis_cluster(spark, make_settings, api,
+                                                                                 cluster_url: str, redis_cluster) -> None:
     # Small chunks: a micro-batch takes many write calls per bucket, so readers land between them.
     settings = make_settings(pipeline="payments", redis_url=cluster_url, speed_trigger_seconds=0.2,
                              speed_chunk_rows=3)
