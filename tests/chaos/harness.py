@@ -75,7 +75,7 @@ def run_chaos(config: ChaosConfig, progress: Callable[[str], None] = lambda _: N
             result = run.audit(http, latest)
         run.note("stopping up (SIGTERM)")
         result.stop_seconds = run.tree.stop()
-        result.up_exit_code = run.tree.up_exit_code()
+        result.up_exit_code, result.left_running = run.tree.up_exit_code(), run.tree.left_running
         result.seconds = time.monotonic() - run.began
         return result
     finally:

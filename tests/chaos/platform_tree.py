@@ -57,6 +57,8 @@ class UpTree:
         self.run_id = uuid.uuid4().hex
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        #: Processes of the run still alive once `up` exited on SIGTERM (``stop``): none, if it stops everything.
+        self.left_running: list[str] = []
 
     @property
     def base_url(self) -> str:
@@ -194,7 +196,8 @@ class UpTree:
         return len(killed)
 
     def stop(self, grace: float = 180.0) -> float | None:
-        """SIGTERM `up` and wait for it (seconds it took, None if it had to be killed); then kill leftovers."""
+        """SIGTERM `up` and wait for it (seconds it took, None if it had to be killed); then kill leftovers,
+        recording first in ``left_running`` what `up` left behind (each as "pid command")."""
         took = None
         if self.process is not None and self.process.poll() is None:
             began = time.monotonic()
@@ -204,6 +207,11 @@ class UpTree:
                 took = time.monotonic() - began
             except subprocess.TimeoutExpired:
                 pass
+        if took is not None:  # what `up` left behind (a child's last moments: a few seconds' grace)
+            deadline = time.monotonic() + 10
+            while (left := self.processes()) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            self.left_running = [f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in left]
         self.kill_all()
         return took
 
@@ -218,3 +226,10 @@ class UpTree:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return totals
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline() or [proc.name()]
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ["?"]

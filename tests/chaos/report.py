@@ -95,6 +95,8 @@ class ChaosReport:
     stop_seconds: float | None = None
     #: `up`'s exit status after the final SIGTERM (0: it stopped everything cleanly).
     up_exit_code: int | None = None
+    #: What was still running once `up` had exited on that SIGTERM ("pid command"; killed by the harness after).
+    left_running: list[str] = field(default_factory=list)
     log_dir: str = ""
 
     @property
@@ -130,6 +132,7 @@ class ChaosReport:
             rows.append((f"RSS {part} (MB): start -> end", f"{start:.0f} -> {end:.0f}"))
         if self.stop_seconds is not None:
             rows.append(("graceful stop of up (s)", f"{self.stop_seconds:.0f}"))
+            rows.append(("up's exit status; processes it left running", f"{self.up_exit_code}; {len(self.left_running)}"))
         rows += [(name, f"{value:g}") for name, value in sorted(f.maxima.items())]
         rows.append(("VIOLATIONS", sum(f.violations.values())))
         rows += [(f"  {kind}", n) for kind, n in sorted(f.violations.items())]

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy.settings import load_settings
 from tests.chaos.faults import FAULT_KINDS, FaultPlan
 from tests.chaos.harness import ChaosConfig, run_chaos
 from tests.chaos.platform_tree import UpTree
@@ -33,17 +34,29 @@ from tests.support import free_port
 from tests.support.browser import field, load, raw, values
 from tests.support.platform import wait_up
 from tests.support.readme import bash_blocks, commands
+from tests.support.speed import assert_exact, wait_caught_up
 
-pytestmark = [pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.chaos]
+pytestmark = [pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.uses_kafka, pytest.mark.chaos]
 
 _KAFKA = "Events from Kafka"
 
 
-def _kafka_settings() -> dict[str, str]:
-    """The README's Kafka section's `export` line, as written, and a free port for its embedded broker."""
+def _up_settings() -> dict[str, str]:
+    """The README's Kafka section's `export` line, as written, and a free port for its embedded broker; small
+    speed-layer write chunks (3 rows), so a micro-batch takes many write calls and readers land between them."""
     [export] = [c for c in commands(bash_blocks(_KAFKA)[0]) if c.words.startswith("export ")]
     settings = dict(word.split("=", 1) for word in export.words.split()[1:])
-    return {**settings, "LAMBDA_KAFKA_EMBEDDED_PORT": str(free_port())}
+    return {**settings, "LAMBDA_KAFKA_EMBEDDED_PORT": str(free_port()), "LAMBDA_SPEED_CHUNK_ROWS": "3"}
+
+
+def _every_answer_exact(tree: UpTree) -> None:
+    """Once the speed layer has caught up: every key of every view (the sample events, the HTTP and the Kafka
+    ones, on both sides of the first run's barrier) equals the oracle at the version named."""
+    data_dir = tree.config.data_dir
+    settings = load_settings(data_dir=data_dir, pipeline="wordcount", http_port=tree.config.port,
+                             redis_url=f"unix://{data_dir.resolve() / 'redis' / 'redis.sock'}")
+    version = wait_caught_up(settings)
+    assert assert_exact(tree.base_url, settings, version) > 20
 
 
 def _count(http: httpx.Client, word: str) -> int | None:
@@ -120,10 +133,11 @@ def test_up_as_a_newcomer_runs_it_then_loses_nothing_under_every_kind_of_fault(
         _http_ingest_is_answered(http)
         run_id = _first_run(http)
         _kafka_section_as_written(tmp_path / "newcomer", tree.env(), http)
+        _every_answer_exact(tree)
         _console_shows_the_platform(browser, http, tree.base_url, run_id, artifacts)
 
     plan = FaultPlan(max_faults=len(FAULT_KINDS), min_gap=2.0, max_gap=4.0, wait_fresh=False, seed=7)
-    config = ChaosConfig(work_dir=tmp_path, plan=plan, rate=15.0, max_batch=30, up_env=_kafka_settings(),
+    config = ChaosConfig(work_dir=tmp_path, plan=plan, rate=15.0, max_batch=30, up_env=_up_settings(),
                          before_traffic=newcomer)
     result = run_chaos(config, progress=print)
     print(result.table())
@@ -134,6 +148,7 @@ def test_up_as_a_newcomer_runs_it_then_loses_nothing_under_every_kind_of_fault(
     assert result.acknowledged_events > 0 and result.findings.counters["answers checked"] > 0
     assert result.rows_compared > 0 and result.keys_in_log >= result.acknowledged_requests
     assert not result.findings.violations, result.table()
-    assert result.stop_seconds is not None and result.up_exit_code == 0, "up did not stop cleanly on SIGTERM"
+    assert result.stop_seconds is not None and result.up_exit_code == 0, f"up exited {result.up_exit_code} on SIGTERM"
+    assert not result.left_running, f"up exited and left these running: {result.left_running}"
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{trees[0].base_url}/healthz", timeout=2)

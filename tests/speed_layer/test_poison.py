@@ -42,6 +42,7 @@ LATER = readings(("u4", 2.0, 1.0), ("u7", 1.0, 2.0))
 #: (``u8`` has nothing else, so it is absent), and a new user's two amounts overflowing in the realtime part.
 IN_TASKS = readings(("u1", 7.0, 0.0), ("u8", 1e308, 1e-300), ("u9", 1.5e308, 1.0), ("u9", 1.5e308, 1.0),
                     ("u2", 2.0, 1.0))
+THEN = readings(("u4", 3.0, 1.0), ("u10", 1.0, 4.0))
 
 
 def test_poison_and_overflow_after_the_barrier_leave_the_speed_layer_running_and_answers_exact(
@@ -64,16 +65,21 @@ def test_poison_and_overflow_after_the_barrier_leave_the_speed_layer_running_and
             assert not answer_problems(http, BEFORE + AFTER, version=version, absent=["u5"])
             assert http.get("/v1/views/ratio_by_user/keys/u6").json()["value"]["sum_amount"] == "overflow"
 
+            master.append(pipeline.schema.validate(LATER))  # it goes on after them
+            version = wait_caught_up(settings, speed=thread)
+            assert not answer_problems(http, BEFORE + AFTER + LATER, version=version, absent=["u5"])
+
         with running_speed_layer(spark, in_tasks, pipeline) as thread:  # in Spark tasks
             master.append(pipeline.schema.validate(IN_TASKS))
             version = wait_caught_up(in_tasks, speed=thread)
             assert int(client.hget(speed, "last_batch_poisoned") or 0) == 2, client.hgetall(speed)
-            assert not answer_problems(http, BEFORE + AFTER + IN_TASKS, version=version, absent=["u5", "u8"])
+            everything = BEFORE + AFTER + LATER + IN_TASKS
+            assert not answer_problems(http, everything, version=version, absent=["u5", "u8"])
             assert http.get("/v1/views/ratio_by_user/keys/u9").json()["value"]["sum_amount"] == "overflow"
 
-            master.append(pipeline.schema.validate(LATER))  # it goes on after them
+            master.append(pipeline.schema.validate(THEN))  # it goes on after them
             version = wait_caught_up(in_tasks, speed=thread)
-            assert not answer_problems(http, BEFORE + AFTER + IN_TASKS + LATER, version=version, absent=["u5", "u8"])
+            assert not answer_problems(http, everything + THEN, version=version, absent=["u5", "u8"])
     assert DeadLetters.open(settings, pipeline.name).count() == 2, "the speed layer keeps no dead letters"
 
     again = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)

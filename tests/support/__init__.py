@@ -38,8 +38,6 @@ T = TypeVar("T")
 #: The command line as a user runs it (``lambda-platform``), from this interpreter.
 CLI = (sys.executable, "-m", "deploy.cli")
 
-#: A user's own pipeline module, as a user writes it: the project's example (clicks counted and summed per
-#: site section), written by tests into a folder outside the project.
 #: A deprecated Spark setting that makes every JVM print one known WARN line at start (as ``LAMBDA_SPARK_CONF``),
 #: and that line: how a test sees where a command's JVM lines go.
 NOISY_SPARK_CONF = json.dumps({"spark.cache.class": "x"})
@@ -47,6 +45,8 @@ NOISY_SPARK_WARN = "The configuration key 'spark.cache.class' has been deprecate
 #: A line of the JVM's: log4j's (``... WARN ...``) or the JVM's own (``WARNING: Using incubator modules``).
 JVM_LINE = (" WARN ", "WARNING:")
 
+#: A user's own pipeline module, as a user writes it: the project's example (clicks counted and summed per
+#: site section), written by tests into a folder outside the project.
 CLICKS_PIPELINE = (Path(__file__).resolve().parents[2] / "deploy" / "pipelines" / "clicks.py").read_text()
 
 

@@ -125,5 +125,6 @@ def test_the_command_line_runs_a_broker_until_ctrl_c_and_a_restart_keeps_the_dat
         assert [(r.key, r.value) for r in consume_all(broker.bootstrap, topic, partitions=1)] == \
             [(b"k", b"kept across a restart")]
         assert (folder / "data" / "meta.properties").read_text() == cluster_id
+        assert broker.stop()  # it was running
     assert not psutil.pid_exists(pid) and running_pid(folder) is None
     assert not broker.stop()  # stopped already
