@@ -56,21 +56,25 @@ def variant_b(spark: Any, settings: Any, out_dir: Path) -> dict[str, Any]:
 
 
 def variant_c(spark: Any, settings: Any, pipeline: Any) -> dict[str, Any]:
-    """run_batch minus Redis: barrier, snapshot, transform, aggregate + gold per view, event count."""
+    """run_batch minus Redis: barrier, snapshot, event count, then per view the checked rows (the poison
+    screen's ``view_rows``: the transform with its measure-input check, as run_batch reads them) aggregated
+    and written as gold."""
     from batch_layer.master.dataset import MasterDataset
     from batch_layer.recompute import job as recompute
+    from batch_layer.recompute.poison import Screen
 
     master = MasterDataset.open(settings, pipeline)
     engine = master.engine
     generation = master.append_barrier(f"bench-{uuid.uuid4().hex[:8]}")
     events = master.snapshot(spark, generation)
-    rows = pipeline.transform(events)
+    count = events.count()
+    screen = Screen(pipeline, events)
     written = {}
     for view in pipeline.views:
-        gold = recompute.write_generation(view.aggregate(rows), settings.gold_path / view.name, engine,
-                                          generation=generation)
+        gold = screen.compute(lambda rows, view=view: recompute.write_generation(
+            view.aggregate(rows), settings.gold_path / view.name, engine, generation=generation))
         written[view.name] = gold.rows
-    return {"generation": generation, "events": events.count(), "rows": written}
+    return {"generation": generation, "events": count, "rows": written}
 
 
 # --------------------------------------------------------------------------------------------

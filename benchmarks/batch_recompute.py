@@ -11,10 +11,10 @@ process and one SparkSession, times these variants in rotation (A B C D A B C D 
   B  a hand-written Spark SQL job over the SAME snapshot parquet files
      (``deltalake.DeltaTable(master).file_uris()``): the same aggregates per user and per user
      and 1-hour window (count, sum, min, max, collect_set(merchant)), written as parquet.
-  C  the recompute's compute + gold part without Redis: barrier append, snapshot,
-     ``write_generation(view.aggregate(pipeline.transform(snapshot)))`` per view, and the event
-     count ``run_batch`` computes for its metadata. A - C is the Redis publishing cost; C / B
-     is the framework's overhead on the Spark work.
+  C  the recompute's compute + gold part without Redis, as ``run_batch`` does it: barrier append,
+     snapshot, the event count it keeps for its metadata, then per view
+     ``write_generation(view.aggregate(rows))`` over the poison screen's checked rows. A - C is the
+     Redis publishing cost; C / B is the framework's overhead on the Spark work.
   D  the peer a user would otherwise build (``_peers.batch_peer``, ``--no-peer`` leaves it out): B's
      SQL over the same files, each row written to Redis with one HSET from ``foreachPartition``
      (redis-py pipelines of 1,000 rows), no generations, no flip, rows overwritten in place. A / D
