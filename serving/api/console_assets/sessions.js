@@ -43,6 +43,7 @@ function timelineSpan(got) {
   const f = got.folded || {};
   const starts = [...got.sessions.map(x => x.session_start), f.first_start].filter(Boolean).map(Date.parse);
   const ends = [...got.sessions.map(x => x.session_end), f.last_end].filter(Boolean).map(Date.parse);
+  if (!starts.length || !ends.length) return [Date.now() - 60000, Date.now()]; // nothing dated: the last minute
   const x0 = Math.min(...starts), x1 = Math.max(...ends);
   return x1 > x0 ? [x0, x1] : [x0 - 30000, x0 + 30000]; // one instant: the minute around it
 }
