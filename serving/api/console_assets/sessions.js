@@ -75,7 +75,7 @@ function sessionTimeline(got, { field, label }) {
     const values = Object.entries(x.value).map(([m, v]) => `${m} ${v}`).join(", ");
     svg.append(s("g", { class: "session", "data-start": x.session_start, "data-end": x.session_end, "data-duration": x.duration,
       "data-values": JSON.stringify(x.value) },
-      s("rect", { x: a.toFixed(1), y: top, width: Math.max(2, b - a).toFixed(1), height: barH, class: "bar" }),
+      s("rect", { x: a.toFixed(1), y: top, width: Math.max(4, b - a).toFixed(1), height: barH, class: "bar" }),
       s("title", {}, `${when(x.session_start)} to ${when(x.session_end)}: ${duration(Math.round(x.duration))} (${x.duration} s); ${values}`)));
   }
   return svg;
