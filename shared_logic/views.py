@@ -15,6 +15,7 @@ tumbling windows, and a sliding window's answer is exact for the same reason any
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -138,7 +139,7 @@ def _pane_column(time_column: str, seconds: int) -> Column:
     return F.window(F.col(time_column), f"{seconds} seconds").start.alias(WINDOW_START)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class View:
     """A named view: key columns, an optional window (tumbling or sliding), monoid measures, derived values.
 
@@ -146,8 +147,8 @@ class View:
     with the measures' monoids gives the ``aggregate`` of all rows. That is what makes the merged
     batch + realtime answer exact.
 
-    A *session view* (``sessions=SessionWindow(gap)``; ``window=SessionWindow(gap)`` is taken as the same)
-    keeps each key's sessions instead (``shared_logic.sessions``): one row per key, its part encoded in
+    A *session view* (``sessions=SessionWindow(gap)``; the constructor takes ``window=SessionWindow(gap)`` as the
+    same) keeps each key's sessions instead (``shared_logic.sessions``): one row per key, its part encoded in
     ``SESSIONS_COLUMN``, merged with the one session merge instead of a monoid. Its ``window`` is None (it
     has no panes).
     """
@@ -155,18 +156,32 @@ class View:
     name: str
     keys: tuple[str, ...]
     measures: tuple[Measure, ...]
-    #: A pane window. ``window=SessionWindow(...)`` is accepted too and moved to ``sessions`` at construction, so
-    #: once built ``window`` is what this annotation says (the type checker wants ``sessions=`` for it).
-    window: TumblingWindow | SlidingWindow | None = None
-    derived: tuple[Derived, ...] = ()
-    description: str = ""
-    sessions: SessionWindow | None = None
+    #: Its pane window; None: all time, or a session view (no panes).
+    window: Window | None
+    derived: tuple[Derived, ...]
+    description: str
+    #: A session view's SessionWindow; None for every other view.
+    sessions: SessionWindow | None
     _by_name: dict[str, Measure] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", tuple(self.keys))
-        object.__setattr__(self, "measures", tuple(self.measures))
-        object.__setattr__(self, "derived", tuple(self.derived))
+    def __init__(self, name: str, keys: Sequence[str], measures: Sequence[Measure],
+                 window: Window | SessionWindow | None = None, derived: Sequence[Derived] = (),
+                 description: str = "", sessions: SessionWindow | None = None) -> None:
+        """Build a view and check it (PipelineDefinitionError naming the fix). ``window=SessionWindow(...)`` declares
+        a session view as ``sessions=`` does: each field is set once, here, to what the built view holds."""
+        if isinstance(window, SessionWindow):
+            if sessions is not None:
+                raise PipelineDefinitionError(f"view {name!r}: give its SessionWindow once (sessions=...)")
+            window, sessions = None, window
+        measures = tuple(measures)
+        built = {"name": name, "keys": tuple(keys), "measures": measures, "window": window,
+                 "derived": tuple(derived), "description": description, "sessions": sessions,
+                 "_by_name": {m.name: m for m in measures}}
+        for attribute, value in built.items():  # frozen: set as a dataclass's own __init__ sets them
+            object.__setattr__(self, attribute, value)
+        self._check()
+
+    def _check(self) -> None:
         if not _NAME.match(self.name):
             raise PipelineDefinitionError(
                 f"view name {self.name!r} must be lower-case letters, digits and '_', starting with a letter"
@@ -187,7 +202,6 @@ class View:
                 raise PipelineDefinitionError(
                     f"view {self.name!r}: derived value {d.name!r} needs measures {missing}; add them to the view"
                 )
-        object.__setattr__(self, "_by_name", {m.name: m for m in self.measures})
         _check_sessions(self)
 
     @property
@@ -262,12 +276,7 @@ def _session_parts(view: View, window: SessionWindow, rows: DataFrame) -> DataFr
 
 
 def _check_sessions(view: View) -> None:
-    """A session view: ``window=SessionWindow(...)`` taken as ``sessions=``, its names and measures checked."""
-    if isinstance(view.window, SessionWindow):
-        if view.sessions is not None:
-            raise PipelineDefinitionError(f"view {view.name!r}: give its SessionWindow once (sessions=...)")
-        object.__setattr__(view, "sessions", view.window)
-        object.__setattr__(view, "window", None)
+    """A session view: no panes beside its sessions, its names and measures checked."""
     if view.sessions is None:
         return
     if view.window is not None:

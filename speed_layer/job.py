@@ -55,6 +55,8 @@ from speed_layer.segments import (
     Written,
     encode,
     measure_spec,
+    session_spec,
+    widths,
     write_increments,
     write_increments_from_driver,
 )
@@ -223,8 +225,7 @@ class SpeedLayer:
         ``plan.tag``: readers leave them out until ``_mark_processed`` commits the micro-batch."""
         bases = plan.bases
         encoded: list[DataFrame] = []
-        width = (max(len(v.scalar_measures) for v in self.pipeline.views),
-                 max(len(v.distinct_measures) for v in self.pipeline.views))
+        width = widths(self.pipeline.views)
         for depth, low in enumerate(bases, start=1):
             high = bases[depth] if depth < len(bases) else None
             interval = F.col(VERSION_COLUMN) > low
@@ -235,8 +236,9 @@ class SpeedLayer:
                            for view in self.pipeline.views)
         spec = WriteSpec(
             self.redis_url, self.pipeline.name, self.query_id, self.epoch, batch_id, plan.tag, tuple(bases),
-            {view.name: measure_spec(view) for view in self.pipeline.views}, self.chunk, continues=plan.continues,
-            sessions={v.name: (v.sessions, v.measures) for v in self.pipeline.views if v.sessions is not None},
+            {v.name: measure_spec(v) for v in self.pipeline.views if v.sessions is None}, self.chunk,
+            continues=plan.continues,
+            sessions={v.name: session_spec(v) for v in self.pipeline.views if v.sessions is not None},
         )
         increments = functools.reduce(DataFrame.unionByName, encoded)
         if plan.driver is not None:

@@ -88,7 +88,7 @@ def merge_sessions(old: bytes | str | None, increments: Sequence[str | None], wi
     parts merged in by the one session merge (``merge_parts``): no score, no sketch."""
     parts = [decode_part(measures, old), *(decode_part(measures, text) for text in increments if text)]
     merged = merge_parts(window, measures, *parts)
-    return Merged(encode_part(measures, merged).encode(), [""], [], [])
+    return Merged(encode_part(measures, merged).encode(), [], [], [])
 
 
 #: What a row that keeps its values as a list adds to a sketch (shared: never changed).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -42,8 +42,10 @@ from serving.store.row_format import EXACT_DISTINCT_MAX
 from serving.store.segments import (
     EPOCH_CHANGED,
     ROWS_CHANGED,
+    SESSION_ROWS,
     MergedRow,
     MicroBatchWrite,
+    RowLayout,
     WindowWrite,
     apply_chunk,
     apply_script,
@@ -62,6 +64,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VIEW, KEY, WS, DEPTH, VALUE, MEMBER = "_view", "_key", "_ws", "_depth", "_v", "_m"
+#: The column a session view's increment (its key's part, JSON) travels in: the first value column.
+SESSION_PART = f"{VALUE}0"
 #: About the most bytes of session rows one guarded call reads and writes (``WriteSpec.chunk_rows``).
 CHUNK_BYTES = 8 * 2**20
 _KINDS = {Count: "count", Sum: "sum", Min: "min", Max: "max"}
@@ -79,7 +83,8 @@ class WriteSpec:
     #: The micro-batch's end offset (its highest master version): the same on every replay.
     tag: int
     bases: tuple[int, ...]
-    #: view name -> ((measure name, kind) of scalar measures, names of distinct measures)
+    #: Measure views: view name -> ((measure name, kind) of scalar measures, names of distinct measures)
+    #: (``measure_spec``). A session view is in ``sessions`` instead.
     views: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]]
     chunk: int
     #: The most distinct values a realtime row keeps exactly (as the batch rows do); above it, a HyperLogLog.
@@ -87,7 +92,8 @@ class WriteSpec:
     #: The micro-batch goes on under the tag of one left uncommitted (it ended inside a version): rows that one
     #: wrote are saved in the undo logs already, with their value from before it.
     continues: bool = False
-    #: Session views: view name -> its SessionWindow and measures (their rows merge by the session merge).
+    #: Session views: view name -> its SessionWindow and measures (``session_spec``): their rows are their keys'
+    #: parts, merged by the session merge and stored as ``SESSION_ROWS`` (no score, no sketch).
     sessions: dict[str, tuple[SessionWindow, tuple[Measure, ...]]] = field(default_factory=dict)
 
     def chunk_rows(self, view: str) -> int:
@@ -97,6 +103,18 @@ class WriteSpec:
         session = self.sessions.get(view)
         return self.chunk if session is None else max(1, min(self.chunk, CHUNK_BYTES // row_bytes(*session)))
 
+    def layout(self, view: str) -> RowLayout:
+        """What ``view``'s rows carry beside their field, by its kind (``serving.store.segments.RowLayout``)."""
+        if view in self.sessions:
+            return SESSION_ROWS
+        scalars, distinct = self.views[view]
+        return RowLayout(tuple(name for name, _ in scalars), distinct)
+
+    @property
+    def names(self) -> list[str]:
+        """Every view the micro-batch writes: measure views, then session views."""
+        return [*self.views, *self.sessions]
+
     @property
     def micro_batch(self) -> MicroBatchWrite:
         """What each of the micro-batch's calls carries (``serving.store.segments``)."""
@@ -104,10 +122,25 @@ class WriteSpec:
 
 
 def measure_spec(view: View) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    if view.sessions is not None:  # one value: the key's session part
-        return ((SESSIONS_COLUMN, SESSIONS_COLUMN),), ()
+    """A measure view's entry of ``WriteSpec.views``; a session view has none (ValueError): see ``session_spec``."""
+    if view.sessions is not None:
+        raise ValueError(f"view {view.name!r} is a session view: its entry is WriteSpec.sessions (session_spec)")
     scalars = tuple((m.name, _KINDS[type(m)]) for m in view.scalar_measures)
     return scalars, tuple(m.name for m in view.distinct_measures)
+
+
+def session_spec(view: View) -> tuple[SessionWindow, tuple[Measure, ...]]:
+    """A session view's entry of ``WriteSpec.sessions``: its window and measures (what ``merge_sessions`` takes)."""
+    if view.sessions is None:
+        raise ValueError(f"view {view.name!r} is not a session view: its entry is WriteSpec.views (measure_spec)")
+    return view.sessions, view.measures
+
+
+def widths(views: Sequence[View]) -> tuple[int, int]:
+    """(value columns, member columns) of the one shape every view's increments take (``encode``): the most any
+    view needs, a session view one value (its key's part)."""
+    return (max(1 if v.sessions is not None else len(v.scalar_measures) for v in views),
+            max(len(v.distinct_measures) for v in views))
 
 
 def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFrame:
@@ -118,7 +151,7 @@ def encode(increments: DataFrame, view: View, width: tuple[int, int]) -> DataFra
     # Through double, as the batch loader writes them: sorted-set scores are numbers.
     values = [F.col(m.name).cast("double").cast("string") for m in view.scalar_measures]
     members = [F.col(m.name) for m in view.distinct_measures]
-    if view.sessions is not None:  # a key's session part, as is
+    if view.sessions is not None:  # a key's session part, as is: SESSION_PART
         values, members = [F.col(SESSIONS_COLUMN)], []
     values += [F.lit(None).cast("string")] * (width[0] - len(values))
     members += [F.lit(None).cast("array<string>")] * (width[1] - len(members))
@@ -203,20 +236,21 @@ def _windows(spec: WriteSpec, columns: dict[str, list], rows: list[int]) -> _Win
 
 def _window_writes(spec: WriteSpec, view: str, columns: dict[str, list], windows: _Windows,
                    olds: list[list[bytes | None]]) -> list[WindowWrite]:
-    """Each window's rows merged from ``olds`` (their fields as read) with their increments."""
+    """Each window's rows merged from ``olds`` (their fields as read) with their increments: a session view's by
+    the session merge, from ``SESSION_PART``; a measure view's measure by measure."""
+    session = spec.sessions.get(view)
+    if session is not None:
+        parts = columns[SESSION_PART]
+        return [WindowWrite(base, start, list(by_key), old,
+                            [merge_sessions(before, [parts[r] for r in rs], *session) for before, rs in zip(old, by_key.values())])
+                for ((base, start), by_key), old in zip(windows.items(), olds)]
     scalars, distinct = spec.views[view]
     kinds = [kind for _, kind in scalars]
     values = [columns[f"{VALUE}{j}"] for j in range(len(scalars))]
     members = [columns[f"{MEMBER}{j}"] for j in range(len(distinct))]
     writes = []
-    session = spec.sessions.get(view)
     for ((base, start), by_key), old in zip(windows.items(), olds):
-        if session is not None:
-            merged: list[MergedRow] = [merge_sessions(before, [values[0][r] for r in rs], *session)
-                                       for before, rs in zip(old, by_key.values())]
-            writes.append(WindowWrite(base, start, list(by_key), old, merged))
-            continue
-        merged = [
+        merged: list[MergedRow] = [
             merge(before, kinds, [[v[r] for r in rs] for v in values], [[m[r] for r in rs] for m in members],
                   spec.exact_max)
             for before, rs in zip(old, by_key.values())]
@@ -248,7 +282,7 @@ def apply_rows(spec: WriteSpec, table: pa.Table, part: str, client: redis.Redis 
     own = client is None
     client = client or redis_client(spec.redis_url)
     apply = apply_script(client)
-    rows, chunk_of = 0, dict.fromkeys(spec.views, 0)
+    rows, chunk_of = 0, dict.fromkeys(spec.names, 0)
     try:
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
         for start, stop in _runs(columns[VIEW], spec.chunk_rows):
@@ -286,8 +320,7 @@ def _apply_chunk(client: redis.Redis, apply: Script, bucket: Keys, spec: WriteSp
     windows = _windows(spec, columns, rows)
     olds = read_rows(client, bucket, view, windows)
     fault_point("speed-after-read")
-    scalars, distinct = spec.views[view]
-    result = apply_chunk(apply, bucket, spec.micro_batch, view, guard, ([name for name, _ in scalars], distinct),
+    result = apply_chunk(apply, bucket, spec.micro_batch, view, guard, spec.layout(view),
                          _window_writes(spec, view, columns, windows, olds))
     if result == EPOCH_CHANGED:
         raise EpochChangedError(

@@ -1,7 +1,7 @@
 """The web console (``/console``): a page the API serves itself, reading the API like any client.
 
-The console is three static files (``console_assets/``: HTML, CSS and plain JavaScript, no
-framework, no build step, nothing from a CDN) that call the public ``/v1`` routes from the
+The console is four static files (``console_assets/``: HTML, CSS and plain JavaScript, ``sessions.js`` the
+session views' cards; no framework, no build step, nothing from a CDN) that call the public ``/v1`` routes from the
 browser: every number on it is an API answer, under the same auth. Reads need no key while the
 API binds to a loopback address; otherwise the key is entered once on the page and kept in the
 tab's ``sessionStorage`` (gone when the tab closes; never in a cookie, so no other page can make
@@ -12,8 +12,8 @@ Pages (hash routes, so the server has one URL to serve): ``#/`` overview of ever
 heartbeat, or FAILING with its last error and failures since its last success, from the pipeline's
 ``/metrics``);
 ``#/pipelines/{p}/views/{v}`` a view (definition, top-N chart, a key's batch and realtime parts,
-a windowed key over a range, the keys); ``#/pipelines/{p}/runs`` batch runs (a timeline with
-stages, a button to start one); ``#/pipelines/{p}/dead-letters`` the newest dead letters (records
+a windowed key over a range, the keys; a session view: its top keys, one key's sessions as a timeline and a
+table); ``#/pipelines/{p}/runs`` batch runs (a timeline with stages, a button to start one); ``#/pipelines/{p}/dead-letters`` the newest dead letters (records
 ingest refused and kept: where from, why, raw text, replayed or not).
 """
 
@@ -29,7 +29,7 @@ from serving.api.errors import NotFoundError
 CONSOLE_URL = "/console"
 ASSETS_DIR = Path(__file__).with_name("console_assets")
 #: The files served under ``/console/`` (by name: no path from the request reaches the disk).
-ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
+ASSETS = {"console.js": "text/javascript", "sessions.js": "text/javascript", "console.css": "text/css"}
 #: The page may load only its own files and call only its own origin.
 _POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")

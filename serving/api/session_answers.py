@@ -7,11 +7,9 @@ the one session merge (``shared_logic.sessions.merge_parts``) from the parts one
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from serving.api.clock import Clock
 from serving.api.errors import BadQueryError, NotFoundError
 from serving.api.models import WindowSpan
 from serving.api.session_models import (
@@ -23,7 +21,7 @@ from serving.api.session_models import (
     SessionTopEntry,
 )
 from serving.api.session_ranking import rank, score_bounds
-from serving.api.times import RelativeTime
+from serving.api.windows import Span
 from serving.store.reads import Generation
 from serving.store.session_reads import SessionReads
 from shared_logic.event_values import EPOCH, TIME_MAX, TIME_MIN
@@ -32,44 +30,12 @@ from shared_logic.sessions import MICROS, Folded, Part, Session, SessionWindow, 
 from shared_logic.views import View
 
 
-@dataclass(frozen=True)
-class Range:
-    """The range asked for, resolved (None: all time), and the clock reading relative times met."""
-
-    span: tuple[datetime, datetime] | None = None
-    now: datetime | None = None
-
-    @property
-    def micros(self) -> tuple[int, int]:
-        start, end = self.span or (TIME_MIN, TIME_MAX)
-        return _micros(start), _micros(end) + (0 if self.span else 1)
-
-
-def resolve_range(start: datetime | RelativeTime | None, end: datetime | RelativeTime | None,
-                  last: timedelta | None, clock: Clock) -> Range:
-    """The range ``from``/``to`` or ``last`` name (relative times at one clock reading); none: all time. A 422
-    names the parameter."""
-    if last is not None and (start is not None or end is not None):
-        raise BadQueryError("last: give last=<duration> or from/to, not both")
-    if last is None and start is None and end is None:
-        return Range()
-    relative = last is not None or end is None or isinstance(start, RelativeTime) or isinstance(end, RelativeTime)
-    now = clock.now() if relative else None
-
-    def absolute(param: str, t: datetime | RelativeTime | None, default: datetime) -> datetime:
-        try:
-            return default if t is None else t.resolve(default) if isinstance(t, RelativeTime) else t
-        except OverflowError:
-            raise BadQueryError(f"{param}: {t} reaches outside the supported time range") from None
-
-    if last is not None:
-        assert now is not None
-        span = (absolute("last", RelativeTime(f"-{last}", last), now), now)
-    else:
-        span = (absolute("from", start, now or TIME_MIN), absolute("to", end, now or TIME_MAX))
-    if span[1] <= span[0]:
-        raise BadQueryError(f"to: ({span[1].isoformat()}) must be after 'from' ({span[0].isoformat()}); swap them")
-    return Range(span, now)
+def _bounds(asked: Span) -> tuple[int, int]:
+    """The range a session read asks (``serving.api.windows.resolve``) as epoch micros ``[start, end)``; all time:
+    every supported time, the last microsecond included."""
+    if asked.range is None:
+        return _micros(TIME_MIN), _micros(TIME_MAX) + 1
+    return _micros(asked.range[0]), _micros(asked.range[1])
 
 
 def _micros(t: datetime) -> int:
@@ -80,7 +46,8 @@ def _time(micros: int) -> datetime:
     return EPOCH + timedelta(microseconds=micros)
 
 
-def _session_view(view: View) -> SessionWindow:
+def session_window(view: View) -> SessionWindow:
+    """``view``'s SessionWindow; a 422 naming the routes to ask for a view that is not a session view."""
     if view.sessions is None:
         raise BadQueryError(f"view {view.name!r} is not a session view; ask GET /v1/views/{view.name}/keys/... instead")
     return view.sessions
@@ -88,14 +55,14 @@ def _session_view(view: View) -> SessionWindow:
 
 def merged(view: View, rows: tuple[bytes, bytes]) -> Part:
     """A key's batch and realtime parts as one (the one merge)."""
-    window = _session_view(view)
+    window = session_window(view)
     return merge_parts(window, view.measures, *(decode_part(view.measures, row) for row in rows))
 
 
-def _touched(view: View, part: Part, asked: Range) -> bool:
+def _touched(view: View, part: Part, asked: Span) -> bool:
     """Whether the part's uncertain span (``Part.uncertain``: folded sessions, the gap around them and the kept
     sessions within it) touches the range, so sessions there are not known exactly."""
-    return not part.exact_in(_session_view(view).gap_micros, *asked.micros)
+    return not part.exact_in(session_window(view).gap_micros, *_bounds(asked))
 
 
 def _session(view: View, s: Session) -> SessionOut:
@@ -103,13 +70,13 @@ def _session(view: View, s: Session) -> SessionOut:
                       value=answer_values(view.measures, s.parts))
 
 
-def _common(view: View, served: Generation, asked: Range, exact: bool) -> dict[str, Any]:
-    span = WindowSpan(start=asked.span[0], end=asked.span[1]) if asked.span else None
+def _common(view: View, served: Generation, asked: Span, exact: bool) -> dict[str, Any]:
+    span = WindowSpan(start=asked.range[0], end=asked.range[1]) if asked.range else None
     return {"view": view.name, "range": span, "now": asked.now, "exact": exact, "generation": served.generation,
             "version": served.version}
 
 
-async def key_sessions(reads: SessionReads, view: View, key: str, asked: Range) -> SessionsAnswer:
+async def key_sessions(reads: SessionReads, view: View, key: str, asked: Span) -> SessionsAnswer:
     """``key``'s sessions overlapping the range, with the folded summary; 404 for a key without events."""
     part, served = await _key_part(reads, view, key)
     f = part.folded
@@ -118,13 +85,13 @@ async def key_sessions(reads: SessionReads, view: View, key: str, asked: Range) 
         last_end=_time(f.end) if f.end is not None else None, total_duration=f.total_duration / MICROS,
         longest=f.longest / MICROS, value=answer_values(view.measures, f.parts))
     return SessionsAnswer(**_common(view, served, asked, not _touched(view, part, asked)), key=key,
-                          sessions=[_session(view, s) for s in overlapping(part.sessions, *asked.micros)], folded=folded)
+                          sessions=[_session(view, s) for s in overlapping(part.sessions, *_bounds(asked))], folded=folded)
 
 
-async def key_summary(reads: SessionReads, view: View, key: str, asked: Range) -> SessionSummary:
+async def key_summary(reads: SessionReads, view: View, key: str, asked: Span) -> SessionSummary:
     """``key``'s sessions overlapping the range summed up; folded ones count when their span lies in the range."""
     part, served = await _key_part(reads, view, key)
-    f, (start, end) = part.folded, asked.micros
+    f, (start, end) = part.folded, _bounds(asked)
     whole = bool(f.sessions) and f.start is not None and f.end is not None and f.start >= start and f.end < end
     figures = summary(overlapping(part.sessions, start, end), f if whole else Folded())
     mean, longest = figures["mean_duration"], figures["longest"]
@@ -135,20 +102,20 @@ async def key_summary(reads: SessionReads, view: View, key: str, asked: Range) -
 
 
 async def _key_part(reads: SessionReads, view: View, key: str) -> tuple[Part, Generation]:
-    _session_view(view)
+    session_window(view)
     found = await reads.key(view.name, key)
     if key not in found.rows:
         raise NotFoundError(f"key {key!r} has no events in view {view.name!r} at version {found.generation.version}")
     return await asyncio.to_thread(merged, view, found.rows[key]), found.generation  # up to MAX_SESSIONS_LIMIT
 
 
-async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longest"], n: int, asked: Range) -> SessionTopAnswer:
+async def top_keys(reads: SessionReads, view: View, by: Literal["count", "longest"], n: int, asked: Span) -> SessionTopAnswer:
     """The ``n`` keys with the most sessions (``count``) or the longest session (``longest``) overlapping the range,
     from every key's parts at one version (``serving.store.session_reads``: the cost), ranked exactly or refused
     (``serving.api.session_ranking``: a key whose folded sessions could change the top ``n`` is a 422 naming it)."""
-    gap = _session_view(view).gap_micros
-    start, end = asked.micros
-    where = "from/to" if asked.span and asked.now is None else "from/to/last" if asked.span else \
+    gap = session_window(view).gap_micros
+    start, end = _bounds(asked)
+    where = "from/to" if asked.range and asked.now is None else "from/to/last" if asked.range else \
         "from/to/last (none given, so all time)"
 
     def ranked() -> list[tuple[str, float]]:  # CPU work on every key's parts: off the event loop

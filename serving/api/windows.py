@@ -8,8 +8,12 @@ measure's monoid, exactly:
 * ``window_end=T``: the window ending at the first pane boundary at or after ``T``: its last pane holds
   the instant just before ``T``. ``window_end=now`` is "the window ending now", its last pane the
   current one (partly in the future: it holds what has arrived).
-* ``from=A&to=B``: every pane overlapping ``[A, B)``, whole; ``to`` left out is now.
+* ``from=A&to=B``: every pane overlapping ``[A, B)``, whole; ``to`` left out is now (``from`` left out
+  is a 422: a range has its start).
 * ``last=D``: ``from=now-D&to=now``.
+
+A session view has no panes: ``from``/``to`` and ``last`` name a range by the same rule (the one ``_range``),
+its sessions overlapping it are the answer; no time at all is all time.
 
 Relative times (``-1h``, ``now``, ``last``) are resolved against one reading of the request's clock
 (``serving.api.clock``), which the answer echoes as ``now``, so every relative time of one request means
@@ -83,8 +87,12 @@ class Span:
 
 def resolve(view: View, asked: TimeParams, clock: Clock, max_panes: int, setting: str) -> Span:
     """The panes of ``view`` a request addresses (see the module doc); 422 naming the parameter and the fix.
-    ``setting``: the name of the bound ``max_panes`` comes from, for the message."""
+    ``setting``: the name of the bound ``max_panes`` comes from, for the message. A session view has no panes:
+    its span is the range asked (``from``/``to``, ``last``, resolved by the same rule) or, with none, all time."""
     now = clock.now() if asked.relative else None
+    if view.sessions is not None:
+        _exclusive(view, asked)
+        return Span([], range=_range(asked, now), now=now) if asked.given else Span([])
     if view.window is None:
         if asked.given:
             raise BadQueryError(f"view {view.name!r} has no window; drop {', '.join(asked.given)}")
@@ -92,15 +100,7 @@ def resolve(view: View, asked: TimeParams, clock: Clock, max_panes: int, setting
     _exclusive(view, asked)
     if asked.window_start is not None or asked.window_end is not None:
         return _window(view, asked, now, max_panes, setting)
-    if asked.last is not None:
-        assert now is not None
-        start, end = _resolved("last", now - asked.last if now - TIME_MIN > asked.last else None), now
-    else:
-        start = _resolved("from", _absolute(asked.start, now))
-        end = _resolved("to", now if asked.end is None else _absolute(asked.end, now))
-        if end <= start:
-            raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()}); swap them, "
-                                "or give last=<duration> (e.g. last=1h)")
+    start, end = _range(asked, now)
     pane = view.window.pane_seconds
     first = _pane_of(view, "last" if asked.last else "from", start)
     count = -(-(end - at(first)) // timedelta(seconds=pane))
@@ -113,20 +113,46 @@ def resolve(view: View, asked: TimeParams, clock: Clock, max_panes: int, setting
     return Span([first + i * pane for i in range(count)], pane, range=(start, end), now=now)
 
 
+def _range(asked: TimeParams, now: datetime | None) -> tuple[datetime, datetime]:
+    """The range ``last`` or ``from``/``to`` name (``to`` left out: now), resolved at ``now``; every kind of view
+    reads a range by this rule. 422 naming the parameter."""
+    if asked.last is not None:
+        assert now is not None
+        return _resolved("last", now - asked.last if now - TIME_MIN > asked.last else None), now
+    start = _resolved("from", _absolute(asked.start, now))
+    end = _resolved("to", now if asked.end is None else _absolute(asked.end, now))
+    if end <= start:
+        raise BadQueryError(f"'to' ({end.isoformat()}) must be after 'from' ({start.isoformat()}); swap them, "
+                            "or give last=<duration> (e.g. last=1h)")
+    return start, end
+
+
 def describe(view: View) -> str:
     """How a view's windows are laid out, for messages."""
     window = view.window
+    if view.sessions is not None:
+        return f"sessions of events at most {int(view.sessions.gap.total_seconds())} s apart"
     if isinstance(window, SlidingWindow):
         return f"{window.seconds} s windows every {window.pane_seconds} s, stored as {window.pane_seconds} s panes"
     return f"{window.seconds} s tumbling windows" if window else "all time"
 
 
 def _exclusive(view: View, asked: TimeParams) -> None:
-    given = asked.given
+    """One way of naming the time at once; a range has its start (``to`` alone is refused for every kind)."""
+    given, sessions = asked.given, view.sessions is not None
+    forms = "from/to or last" if sessions else "window_start, window_end, from/to or last"
     one = [g for g in given if g in ("window_start", "window_end")]
-    if len(one) > 1 or (one and len(given) > 1) or ("last" in given and len(given) > 1):
-        raise BadQueryError(f"give one of window_start, window_end, from/to or last, not {' and '.join(given)}")
-    if not given or given == ["to"]:
+    if sessions and one:
+        raise BadQueryError(f"{one[0]}: view {view.name!r} is a session view ({describe(view)}), it has no windows: "
+                            f"give {forms}, or nothing for all time")
+    if len(one) > 1 or (one and len(given) > 1):
+        raise BadQueryError(f"give one of {forms}, not {' and '.join(given)}")
+    if "last" in given and len(given) > 1:
+        raise BadQueryError(f"last: give last=<duration> or from/to, not {' and '.join(given)}")
+    if given == ["to"]:
+        raise BadQueryError("to: a range needs its start: give from=<time> with it (to left out is now), or "
+                            "last=<duration> (e.g. last=1h)")
+    if not given and not sessions:
         raise BadQueryError(
             f"view {view.name!r} is windowed ({describe(view)}): give window_start=<time> or window_end=<time> "
             "(one window; window_end=now: the window ending now), from=<time>&to=<time> (a range; to defaults to "

@@ -49,7 +49,8 @@ EPOCH_CHANGED, ROWS_CHANGED = -1, -2
 # KEYS: current pointer, guard hash, epoch. ARGV: prefix, view, guard field, batch id, epoch, tag (the
 # micro-batch's end version), whether it continues the undo logs of a micro-batch left uncommitted ('1':
 # any key may be saved already, each is looked up; '0': only the first), n scalar measures, their
-# names..., n distinct measures, their names..., the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
+# names..., n distinct measures, their names... (a session view's rows: 0 and 0, ``SESSION_ROWS``: the
+# field alone, no score column, no sketch), the chunk's first key and window suffix, n windows; then per window: segment base, window suffix,
 # n rows, digest of the rows merged from, then columns of n: keys, new row fields, one column of new
 # scores per scalar measure ('' = unchanged; 'inf' for an overflowed sum, a score Redis takes, never NaN);
 # then per distinct measure the rows (1-based) whose sketch existed before (n, indexes...); then per
@@ -182,6 +183,20 @@ return 1
 """
 
 
+class RowLayout(NamedTuple):
+    """What a view's realtime rows carry beside their hash field, by the view's kind: a measure view's scalar
+    measures (a sorted set each, so a score per row and call) and distinct measures (a sketch each); a session
+    view's row is its key's session part alone (``SESSION_ROWS``: no score, no sketch)."""
+
+    scalars: tuple[str, ...] = ()
+    distinct: tuple[str, ...] = ()
+    sessions: bool = False
+
+
+#: The layout of a session view's rows (``shared_logic.session_parts``): the part, nothing beside it.
+SESSION_ROWS = RowLayout(sessions=True)
+
+
 class MergedRow(Protocol):
     """One row's new value and what its write needs beside the hash field (``speed_layer.realtime_rows``)."""
 
@@ -230,22 +245,26 @@ def read_rows(client: redis.Redis, bucket: Keys, view: str,
     return read.execute()
 
 
-def apply_chunk(script: Script, bucket: Keys, batch: MicroBatchWrite, view: str, guard: str,
-                measures: tuple[Sequence[str], Sequence[str]], windows: Sequence[WindowWrite]) -> int:
+def apply_chunk(script: Script, bucket: Keys, batch: MicroBatchWrite, view: str, guard: str, layout: RowLayout,
+                windows: Sequence[WindowWrite]) -> int:
     """Write one chunk of ``view`` (all its rows in ``bucket``) in one atomic call guarded as ``guard``.
 
-    ``measures``: the view's scalar and distinct measure names; ``windows`` in the order the rows
-    came, the chunk's first row first. Returns 1 (applied), 0 (applied before: a replay),
-    ``EPOCH_CHANGED`` (nothing written) or ``ROWS_CHANGED`` (nothing written; read and merge again).
+    ``layout``: what the view's rows carry (a session view's: ``SESSION_ROWS``, its rows' merges must then carry
+    no score or sketch: ValueError); ``windows`` in the order the rows came, the chunk's first row first. Returns
+    1 (applied), 0 (applied before: a replay), ``EPOCH_CHANGED`` (nothing written) or ``ROWS_CHANGED`` (nothing
+    written; read and merge again).
     """
-    args = _call_args(bucket, batch, view, guard, measures, windows)
+    if layout.sessions and (layout.scalars or layout.distinct or any(
+            m.scores or m.sketched or m.sketch_adds for w in windows for m in w.merged)):
+        raise ValueError(f"a session view's rows carry their part alone, no score or sketch (view {view!r})")
+    args = _call_args(bucket, batch, view, guard, layout, windows)
     return int(script(keys=[bucket.current, bucket.guard(batch.query), bucket.epoch], args=args))
 
 
-def _call_args(bucket: Keys, batch: MicroBatchWrite, view: str, guard: str,
-               measures: tuple[Sequence[str], Sequence[str]], windows: Sequence[WindowWrite]) -> list:
+def _call_args(bucket: Keys, batch: MicroBatchWrite, view: str, guard: str, layout: RowLayout,
+               windows: Sequence[WindowWrite]) -> list:
     """APPLY's ARGV (laid out in the comment above ``_APPLY``)."""
-    scalars, distinct = measures
+    scalars, distinct = layout.scalars, layout.distinct
     first = windows[0]  # its first key is the chunk's first row: the one a chunk boundary may have cut
     args: list = [bucket.prefix, view, guard, batch.batch_id, epoch_marker(bucket, batch.epoch), batch.tag,
                   "1" if batch.continues else "0", len(scalars), *scalars, len(distinct), *distinct,

@@ -1,11 +1,12 @@
 """Session parts merge as the README's argument says: associative, commutative, the empty part an identity, and
 the merge of any split's sessions equal to the sessions of all the events (``shared_logic.sessions``).
 
-The oracle is a gap sessionization written here over plain events (sorted by time, a new session wherever
-two neighbours lie more than ``gap`` apart; its measures a plain-Python count, integer sum, min, max and
-set of values), never the module's own ``sessions_of``. Events come in random order and are split at
-random into parts, as a barrier and micro-batches split them: late events that extend a session of
-another part or bridge two of its sessions are among them by construction (small times, small gaps).
+The oracle is a gap sessionization over plain events (sorted by time, a new session wherever two neighbours lie
+more than ``gap`` apart: ``tests.support.session_oracle``, which the console's page test shares; its measures a
+plain-Python count, integer sum, min, max and set of values), never the module's own ``sessions_of``. Events come
+in random order and are split at random into parts, as a barrier and micro-batches split them: late events that
+extend a session of another part or bridge two of its sessions are among them by construction (small times, small
+gaps).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from shared_logic.sessions import (
     sessions_of,
     summary,
 )
+from tests.support.session_oracle import gap_runs
 
 MEASURES = (Count(), Sum("v"), Min("v"), Max("v"), Distinct("who"))
 LAWS = settings(max_examples=200, deadline=None, database=None)
@@ -53,13 +55,9 @@ def part(gap: int, events: list[tuple[int, int, str]]) -> tuple[Session, ...]:
 
 
 def oracle(gap: int, events: list[tuple[int, int, str]]) -> list[tuple[int, int, dict[str, Any]]]:
-    """Gap sessionization of plain events: (start, end, measures) per session, by start."""
-    runs: list[list[tuple[int, int, str]]] = []
-    for event in sorted(events):
-        if runs and event[0] - runs[-1][-1][0] <= gap:
-            runs[-1].append(event)
-        else:
-            runs.append([event])
+    """Gap sessionization of plain events (``tests.support.session_oracle``): (start, end, measures) per session,
+    by start."""
+    runs = gap_runs(gap, sorted(events), lambda e: e[0])
     return [(run[0][0], run[-1][0], {"count": len(run), "sum_v": sum(v for _, v, _ in run), "min_v": min(v for _, v, _ in run),
                                      "max_v": max(v for _, v, _ in run), "distinct_who": {w for _, _, w in run}})
             for run in runs]

@@ -314,34 +314,6 @@ async function viewPage(main, pipelineName, viewName, params) {
   if (liveCard) await liveTop(liveCard, base, measure, params.n || 10);
 }
 
-async function sessionCards(base, params, go, field, form, view) {
-  // A session view: the top keys by session count or longest session, and one key's sessions, over an optional range.
-  const range = { from: params.from, to: params.to }, by = params.by || "count";
-  const topCard = h("section", { class: "card", id: "top" }, h("h2", {}, "Top keys by sessions"),
-    form("top-form", v => go({ by: v.by, n: v.n, from: v.from, to: v.to }),
-      h("label", {}, "by ", h("select", { name: "by" }, ["count", "longest"].map(b => h("option", { value: b, selected: b === by }, b)))),
-      field("n", "n ", params.n || 10, { type: "number", min: 1, max: 1000 }),
-      field("from", "from ", params.from, { placeholder: "all time" }), field("to", "to ", params.to, { placeholder: "now" })));
-  try {
-    const top = await api(`${base}/sessions/top` + query({ by, n: params.n || 10, ...range }));
-    topCard.append(h("p", { class: "muted" }, "exact for version ", num("top.version", top.version)),
-      top.top.length ? barChart(top.top, { field: "top", label: `top ${top.n} by session ${by}` }) : h("p", { class: "muted" }, "no keys"));
-  } catch (err) { topCard.append(problem(err)); }
-  const keyCard = h("section", { class: "card", id: "key" }, h("h2", {}, "One key's sessions"),
-    form("key-form", v => go({ key: v.key }), field("key", "key ", params.key, { placeholder: view.keys.join("|"), size: 30 })));
-  if (params.key) try {
-    const got = await api(`${base}/sessions/keys/${enc(params.key)}` + query(range));
-    const measures = got.sessions.length ? Object.keys(got.sessions[0].value) : [];
-    keyCard.append(h("p", { class: "muted" }, got.exact ? "exact for version " : "NOT exact (folded sessions touch the range) at version ",
-      num("key.version", got.version), got.folded ? [" · folded: ", num("key.folded", got.folded.sessions)] : ""),
-      h("table", {}, h("thead", {}, h("tr", {}, ["start", "end", "duration s", ...measures].map(c => h("th", {}, c)))),
-        h("tbody", {}, got.sessions.map(x => h("tr", { "data-session": x.session_start },
-          h("td", {}, when(x.session_start)), h("td", {}, when(x.session_end)), h("td", {}, num("session.duration", x.duration)),
-          measures.map(m => h("td", {}, num(`session.${m}`, x.value[m]))))))));
-  } catch (err) { keyCard.append(problem(err)); }
-  return [topCard, keyCard];
-}
-
 async function liveTop(card, base, measure, n) {
   // The top-N of the sliding window ending now as a bar chart, asked again every LIVE_TOP_MS while the card is shown.
   clearTimeout(liveTimer);

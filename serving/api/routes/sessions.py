@@ -12,10 +12,13 @@ from serving.api.auth import require
 from serving.api.deps import PipelineDep
 from serving.api.lean_route import LeanRoute
 from serving.api.models import error_responses
-from serving.api.routes.views import ViewName, view_of
+from serving.api.routes.views import ViewName, span_of, view_of
 from serving.api.session_models import SessionsAnswer, SessionSummary, SessionTopAnswer
 from serving.api.times import QueryDuration, QueryTime
+from serving.api.windows import Span, TimeParams
 from serving.store.session_reads import SessionReads
+from shared_logic.pipeline import Pipeline
+from shared_logic.views import View
 
 router = APIRouter(
     prefix="/v1/views", tags=["sessions"], route_class=LeanRoute,
@@ -28,7 +31,8 @@ _TIME = ("ISO 8601 (`2024-03-01T09:00:00Z`), epoch seconds or relative to now (`
          "once per request, echoed as `now`).")
 RangeStart = Annotated[QueryTime, Query(alias="from", description="Range start (inclusive): sessions overlapping "
                                                                   f"from/to count, whole; no range: all time. {_TIME}")]
-RangeEnd = Annotated[QueryTime, Query(alias="to", description=f"Range end (exclusive); left out: now. {_TIME}")]
+RangeEnd = Annotated[QueryTime, Query(alias="to", description=f"Range end (exclusive); left out: now (given, it needs "
+                                                              f"`from`). {_TIME}")]
 Last = Annotated[QueryDuration, Query(description="The range from now minus this duration to now (`15m`, `1h`).")]
 
 
@@ -38,8 +42,13 @@ def _reads(request: Request) -> SessionReads:
     return reads
 
 
-def _range(request: Request, start: RangeStart, end: RangeEnd, last: Last) -> session_answers.Range:
-    return session_answers.resolve_range(start, end, last, request.app.state.clock)
+def _asked(request: Request, pipeline: Pipeline, name: str, start: RangeStart, end: RangeEnd,
+           last: Last) -> tuple[View, Span]:
+    """The session view named (a view of another kind: a 422 naming its routes, before its times are read) and the
+    range asked, resolved as every route resolves one (``serving.api.windows.resolve``)."""
+    chosen = view_of(pipeline, name)
+    session_answers.session_window(chosen)
+    return chosen, span_of(request, chosen, TimeParams(start=start, end=end, last=last))
 
 
 @router.get("/{view}/sessions/keys/{key:path}", response_model=SessionsAnswer, response_model_exclude_none=True,
@@ -51,8 +60,8 @@ async def key_sessions(request: Request, pipeline: PipelineDep, view: ViewName, 
     and the realtime segment's merged by the one session merge, exact at `version` (a late event that extends
     or bridges sessions across the batch/speed boundary is merged in). Sessions folded past the view's
     `max_sessions` are in `folded`; `exact` is false when they touch the range."""
-    chosen = view_of(pipeline, view)
-    return await session_answers.key_sessions(_reads(request), chosen, key, _range(request, start, end, last))
+    chosen, asked = _asked(request, pipeline, view, start, end, last)
+    return await session_answers.key_sessions(_reads(request), chosen, key, asked)
 
 
 @router.get("/{view}/sessions/summary/{key:path}", response_model=SessionSummary, response_model_exclude_none=True,
@@ -62,8 +71,8 @@ async def key_summary(request: Request, pipeline: PipelineDep, view: ViewName, k
     """How many of the key's sessions overlap the range, their total, mean and longest duration (seconds), at
     `version`. Folded sessions count when their whole span lies in the range; `exact` says when they touch it
     otherwise."""
-    chosen = view_of(pipeline, view)
-    return await session_answers.key_summary(_reads(request), chosen, key, _range(request, start, end, last))
+    chosen, asked = _asked(request, pipeline, view, start, end, last)
+    return await session_answers.key_summary(_reads(request), chosen, key, asked)
 
 
 @router.get("/{view}/sessions/top", response_model=SessionTopAnswer, response_model_exclude_none=True,
@@ -86,5 +95,5 @@ async def top_keys(
     sessions folded past `max_sessions` touch the range has its score known only within bounds: the ranking is
     answered when no such key can reach the top `n` (all time too), else it is a 422 naming the key, the range
     and the fix, never an inexact ranking."""
-    chosen = view_of(pipeline, view)
-    return await session_answers.top_keys(_reads(request), chosen, by, n, _range(request, start, end, last))
+    chosen, asked = _asked(request, pipeline, view, start, end, last)
+    return await session_answers.top_keys(_reads(request), chosen, by, n, asked)

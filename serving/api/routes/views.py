@@ -46,8 +46,9 @@ RangeStart = Annotated[QueryTime, Query(alias="from", description="Windowed view
 RangeEnd = Annotated[QueryTime, Query(alias="to", description=f"Windowed views: range end (exclusive); left out: now. {_TIME}")]
 Last = Annotated[QueryDuration, Query(description="Windowed views: the range from now minus this duration to now "
                                                   "(`15m`, `1h`, `1h30m`; units s, m, h, d, w).")]
-def _span(request: Request, view: View, asked: windows.TimeParams, *, top: bool = False) -> windows.Span:
-    """The panes of ``view`` the request addresses, its relative times resolved against one clock reading."""
+def span_of(request: Request, view: View, asked: windows.TimeParams, *, top: bool = False) -> windows.Span:
+    """The panes (a session view: the range) of ``view`` the request addresses, its relative times resolved against
+    one clock reading (``serving.api.windows.resolve``, for every kind of view)."""
     settings = request.app.state.settings
     bound, name = ((settings.max_top_panes, "LAMBDA_MAX_TOP_PANES") if top
                    else (settings.max_range_panes, "LAMBDA_MAX_RANGE_PANES"))
@@ -169,7 +170,7 @@ async def list_keys(
     """
     chosen = _pane_view(pipeline, view)
     asked = windows.TimeParams(window_start, window_end, start, end, last)
-    span = _span(request, chosen, asked)
+    span = span_of(request, chosen, asked)
     listing = key_pages.Listing(chosen, span.panes, prefix, key_pages.column_filters(chosen, request.query_params.multi_items()),
                                 relative=repr(asked) if asked.relative else "")
     media = export_format(request.headers.get("accept"))
@@ -211,7 +212,7 @@ async def get_key(
     parameter and the fix.
     """
     chosen = _pane_view(pipeline, view)
-    span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
+    span = span_of(request, chosen, windows.TimeParams(window_start, window_end, start, end, last))
     return await queries.key_answer(store, chosen, key, span, explain=explain)
 
 
@@ -245,7 +246,7 @@ async def get_top(
     parameter and the fix.
     """
     chosen = _pane_view(pipeline, view)
-    span = _span(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
+    span = span_of(request, chosen, windows.TimeParams(window_start, window_end, start, end, last), top=True)
     cells = request.app.state.settings.max_top_cells
     if len(span.panes) > 1 and n * len(span.panes) > cells:
         raise BadQueryError(f"n={n} over {len(span.panes)} panes is {n * len(span.panes)} key-panes to rank, more than "

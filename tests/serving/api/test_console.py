@@ -11,14 +11,17 @@ A sliding view (``tests.support.trending_pipeline``, plays in the last minutes o
 window kind and the top-N of the window ending now as a bar chart that asks again by itself: after a new
 generation is published the chart shows it, equal to the API's top-N of the window it names at its version.
 A session view (``tests.support.visits_pipeline``) shows its top keys by session count and longest session, and a
-key's sessions, equal to the API's answers and to sessions worked out in the test.
+key's sessions as a timeline over a table (all time, a range, folded sessions of the bounded view), equal to the
+API's answers and to a plain-Python sessionization of the events written (``tests.support.session_oracle``).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +37,8 @@ from shared_logic.registry import load_pipeline
 from tests.support import ingest_file, key_url, wait_for
 from tests.support.browser import field, load, raw, values
 from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
+from tests.support.session_oracle import gap_runs
+from tests.support.visits_pipeline import GAP, KEEP
 
 ADMIN = "console-admin-key"
 TRENDING = "tests.support.trending_pipeline"
@@ -220,31 +225,83 @@ def test_a_sliding_view_shows_its_kind_and_a_live_top_of_the_window_ending_now(
         assert (version, bars) == (top["version"], [(t["key"], t["value"]) for t in top["top"]]) and bars[0][0] == "zz-hit"
 
 
+def _oracle_sessions(events: list[dict[str, Any]], user: str) -> list[tuple[int, int, float, dict[str, int]]]:
+    """``user``'s sessions of the events (``tests.support.session_oracle``): (start, end, duration, measures), times
+    in epoch seconds."""
+    runs = gap_runs(GAP, (e for e in events if e["user"] == user), lambda e: int(e["event_time"]))
+    return [(int(r[0]["event_time"]), int(r[-1]["event_time"]), float(int(r[-1]["event_time"]) - int(r[0]["event_time"])),
+             {"count": len(r), "sum_seconds": sum(e["seconds"] for e in r), "min_seconds": min(e["seconds"] for e in r),
+              "max_seconds": max(e["seconds"] for e in r)}) for r in runs]
+
+
+def _epoch(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp())
+
+
+def _timeline(browser: Any) -> list[tuple[int, int, float, dict[str, Any]]]:
+    """The key's timeline bars as the page carries them: (start, end, duration, measures)."""
+    return [(_epoch(g.get_attribute("data-start")), _epoch(g.get_attribute("data-end")),
+             float(g.get_attribute("data-duration")), json.loads(g.get_attribute("data-values")))
+            for g in browser.find_elements("css selector", "#key svg[data-chart='sessions'] g.session")]
+
+
+def _answered(body: dict[str, Any]) -> list[tuple[int, int, float, dict[str, Any]]]:
+    return [(_epoch(x["session_start"]), _epoch(x["session_end"]), x["duration"], x["value"]) for x in body["sessions"]]
+
+
 @pytest.mark.slow
 def test_a_session_view_shows_its_top_keys_and_a_keys_sessions(
         browser: Any, spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path,
         artifacts: Path) -> None:
     """A session view's page: its kind, the top keys by session count and by longest session as bar charts, and
-    one key's sessions as a table, equal to the API's answers and to sessions worked out here (30-minute gap)."""
+    one key's sessions as a timeline (one bar per session, a marker for folded ones) over a table, equal to the
+    API's answers and to a plain-Python sessionization of the events written here (30-minute gap)."""
     settings = make_settings(pipeline="tests.support.visits_pipeline")
+    (artifacts / "console").mkdir(exist_ok=True)
     t0 = 1_709_280_000
     times = {"u0": (0, 600, 1200, 5000), "u1": (0, 1700), "u2": (0, 4000, 8000)}  # u0: 2 sessions, u1: 1, u2: 3
-    events = [{"user": user, "page": "/", "seconds": 5, "event_time": str(t0 + t)} for user, ts in times.items() for t in ts]
+    events = [{"user": user, "page": "/", "seconds": 5 + t % 13, "event_time": str(t0 + t)}
+              for user, ts in times.items() for t in ts]
     ingest_file(settings, events, tmp_path / "visits.jsonl")
     run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url)
     with api(pipeline=settings.pipeline) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
-        console = f"{server.base_url}/console#/pipelines/visits/views/visits"
+        console = f"{server.base_url}/console#/pipelines/visits/views"
         expected = {"count": [("u2", 3.0), ("u0", 2.0), ("u1", 1.0)], "longest": [("u1", 1700.0), ("u0", 1200.0),
                                                                                ("u2", 0.0)]}
         for by, bars in expected.items():
-            load(browser, f"{console}?by={by}&n=5", "view")
+            load(browser, f"{console}/visits?by={by}&n=5", "view")
             assert field(browser, "window", "section.card") == "sessions, gap 30 m"
             shown = [(g.get_attribute("data-key"), float(g.get_attribute("data-value")))
                      for g in browser.find_elements("css selector", "#top svg[data-chart='top'] g[data-key]")]
             top = client.get("/v1/views/visits/sessions/top", params={"by": by, "n": 5}).json()
             assert shown == bars == [(e["key"], e["value"]) for e in top["top"]], (by, shown)
-        load(browser, f"{console}?key=u0", "view")
-        assert values(browser, "#key [data-field='session.duration']") == ["1200", "0"]
+
+        # One key, all time: a bar per session, equal to the API's answer and to the sessions of the events.
+        load(browser, f"{console}/visits?key=u0", "view")
+        answer = client.get("/v1/views/visits/sessions/keys/u0").json()
+        assert _timeline(browser) == _answered(answer) == _oracle_sessions(events, "u0")
+        assert values(browser, "#key [data-field='session.duration']") == ["1200", "0"]  # the table, below it
         assert values(browser, "#key [data-field='session.count']") == ["3", "1"]
-        assert int(field(browser, "key.version", "#key")) == client.get("/v1/views/visits/sessions/keys/u0").json()["version"]
+        assert int(field(browser, "key.version", "#key")) == answer["version"]
+        assert not browser.find_elements("css selector", "#key svg[data-chart='sessions'] g.folded")
         browser.save_screenshot(str(artifacts / "console" / "view-sessions.png"))
+
+        # A range: the axis is the range asked; the bars are the sessions overlapping it, whole.
+        start, end = t0 + 3000, t0 + 9000
+        load(browser, f"{console}/visits?key=u2&from={start}&to={end}", "view")
+        ranged = client.get("/v1/views/visits/sessions/keys/u2", params={"from": start, "to": end}).json()
+        want = [(a, b, d, m) for a, b, d, m in _oracle_sessions(events, "u2") if a < end and b >= start]
+        assert _timeline(browser) == _answered(ranged) == want and len(want) == 2
+        chart = browser.find_element("css selector", "#key svg[data-chart='sessions']")
+        assert (_epoch(chart.get_attribute("data-from")), _epoch(chart.get_attribute("data-to"))) == (start, end)
+
+        # The bounded view keeps KEEP sessions a user: the rest is a folded marker, the answer not exact.
+        load(browser, f"{console}/visits_bounded?key=u2", "view")
+        bounded = client.get("/v1/views/visits_bounded/sessions/keys/u2").json()
+        sessions = _oracle_sessions(events, "u2")
+        kept = [(a, b, d, {"count": m["count"]}) for a, b, d, m in sessions[-KEEP:]]
+        assert _timeline(browser) == _answered(bounded) == kept and not bounded["exact"]
+        (folded,) = browser.find_elements("css selector", "#key svg[data-chart='sessions'] g.folded")
+        assert int(folded.get_attribute("data-folded")) == bounded["folded"]["sessions"] == len(sessions) - KEEP
+        assert _epoch(folded.get_attribute("data-start")) == sessions[0][0] == t0
+        browser.save_screenshot(str(artifacts / "console" / "view-sessions-folded.png"))

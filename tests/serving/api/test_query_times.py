@@ -102,6 +102,28 @@ def test_a_listing_page_of_more_rows_x_panes_than_allowed_is_422_naming_limit_an
         assert client.get(f"/v1/views/{HOURLY}/keys", params={**range_, "limit": "100"}).status_code == 503
 
 
+@pytest.mark.parametrize(("params", "words"), [
+    ({"to": "2024-03-01T09:00:00Z"}, ["to:", "from=<time>"]),  # `to` without `from`
+    ({"from": "2024-03-01T10:00:00Z", "to": "2024-03-01T09:00:00Z"}, ["'to'", "after 'from'", "swap"]),
+    ({"last": "3650000d"}, ["last:", "supported time range"]),
+    ({"from": "yesterday-ish"}, ["'from'", "epoch seconds"]),
+    ({"last": "1h", "from": "-2h"}, ["from and last"]),
+])
+def test_a_range_is_refused_alike_by_the_window_and_the_session_routes(params: dict[str, str], words: list[str],
+                                                                       api: Callable[..., Any]) -> None:
+    """A sliding view's key and a session view's key take ``from``/``to``/``last`` by one rule (``windows.resolve``):
+    the same 422 before any read, and a range both accept (``to`` left out: now) answered alike (503: none
+    published)."""
+    with api(pipeline="tests.support.windows_pipeline") as server, \
+            httpx.Client(base_url=server.base_url, timeout=10) as client:
+        routes = (key_url("plays_trending", "s1"), "/v1/views/listening/sessions/keys/l1",
+                  "/v1/views/listening/sessions/summary/l1", "/v1/views/listening/sessions/top")
+        details = {refused(client.get(route, params=params), *words) for route in routes}
+        assert len(details) == 1, details
+        for route in routes:
+            assert client.get(route, params={"from": "-1h"}).status_code == 503, route
+
+
 EVENTS = [
     {"user_id": "alice", "merchant": "m", "amount": 2.0, "event_time": "3000-01-01T00:30:00Z"},
     {"user_id": "bob", "merchant": "m", "amount": 3.0, "event_time": "9999-12-31T22:30:00Z"},
