@@ -6,7 +6,10 @@ user's pipeline module, which lives in a folder of this test and splits words in
 (pickled by reference: the executors must import the module). So every step below works only
 with the code the driver ships. Then: ingest -> ``batch run`` -> ``speed run`` with more events
 streaming in -> SIGKILL of one worker (with its executor and Python workers) mid-stream -> every
-key of every view and the top-N answers equal the oracle (plain Python over the master dataset).
+key of every view and the top-N answers equal the oracle (plain Python over the master dataset; for the sliding
+view every window holding a word, listed, read key by key and ranked; for the session view every word's sessions,
+all time and over a range, its summary and the top words by session count and longest session, nothing folded:
+pandas, ``tests.support.window_oracle``).
 The master's and workers' JSON status and the speed driver's REST API show that both workers ran
 executors and tasks; the Spark UI address is in ``status``; both applications wrote event logs.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from deltalake import DeltaTable
@@ -41,21 +45,27 @@ from tests.support import free_port, run_cli, wait_for
 from tests.support.clusters import StandaloneCluster, bare_python, daemon_env, get_json
 from tests.support.servers import ApiServer
 from tests.support.speed import assert_exact, processed_version
+from tests.support.window_checks import assert_sessions_exact, assert_sliding_exact, word_times
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_spark_cluster]
 
 ROOT = Path(__file__).resolve().parents[3]
 START = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
 PIPELINE = "shipped_wordcount"
-#: A user's pipeline module: word count (the oracle's semantics) with its splitting in a Python UDF.
-USER_PIPELINE = '''
+#: The user's sliding view: windows of SIZE seconds every SLIDE; its session view: sessions of each word, GAP apart.
+#: (GAP is a minute: events on minute boundaries, which ``oracle.random_time`` favours, lie exactly GAP apart.)
+SIZE, SLIDE, GAP = 1800, 600, 60
+#: A user's pipeline module: word count (the oracle's semantics) with its splitting in a Python UDF, all time, per
+#: minute, over sliding windows and in sessions.
+USER_PIPELINE = f'''
 """A user's own pipeline, outside the project: words split by a Python function of this module."""
 import re
 from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, functions as F, types as T
 
-from shared_logic import Count, EventModel, Pipeline, TumblingWindow, View
+from shared_logic import Count, EventModel, Pipeline, SlidingWindow, TumblingWindow, View
+from shared_logic.sessions import SessionWindow
 
 _ASCII_WHITESPACE = re.compile(r"[ \\t\\n\\x0b\\f\\r]+")
 
@@ -77,6 +87,9 @@ class ShippedWordCount(Pipeline):
         View("word_counts", keys=("word",), measures=(Count(),)),
         View("word_counts_per_minute", keys=("word",), measures=(Count(),),
              window=TumblingWindow(timedelta(minutes=1))),
+        View("word_counts_sliding", keys=("word",), measures=(Count(),),
+             window=SlidingWindow(timedelta(seconds={SIZE}), timedelta(seconds={SLIDE}))),
+        View("word_sessions", keys=("word",), measures=(Count(),), sessions=SessionWindow(timedelta(seconds={GAP}))),
     )
 
     def transform(self, events: DataFrame) -> DataFrame:
@@ -273,3 +286,8 @@ def test_batch_and_speed_on_a_cluster_without_the_project_exact_after_a_worker_d
         # The user's pipeline computes word count: the oracle's wordcount semantics, over its master dataset.
         expected = SimpleNamespace(master_path=settings.master_path, pipeline="wordcount")
         assert assert_exact(server.base_url, expected, version) > 30  # type: ignore[arg-type]
+        # Its sliding and session views: pandas oracles over the same master (tests.support.window_oracle).
+        words = word_times(settings.master_path, version)
+        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+            assert assert_sliding_exact(http, "word_counts_sliding", words, SIZE, SLIDE, version) > SIZE // SLIDE
+            assert assert_sessions_exact(http, "word_sessions", words, GAP, version) > 2 * words.word.nunique()

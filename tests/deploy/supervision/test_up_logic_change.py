@@ -2,16 +2,19 @@
 
 A word-count module of the user's, v1 (words as written; views ``word_counts`` and
 ``first_letters``), runs under `up` with events posted over HTTP. `up` is stopped, the module is
-replaced by v2 (words lower-cased; ``word_counts``, a new ``word_lengths`` and a new sliding view
-``words_last_hour``; no ``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
+replaced by v2 (words lower-cased; ``word_counts``, a new ``word_lengths``, a new sliding view
+``words_last_hour`` and a new session view ``word_sessions``, a 1 s gap and four sessions kept a word; no
+``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
 platform (`up`, the API, the speed layer, the scheduler, Redis) is killed with SIGKILL, and `up`
-starts once more. Nobody runs a batch recompute by hand (the schedule is an hour).
+starts once more. Nobody runs a batch recompute by hand (the schedule is an hour). Each post's events carry
+event times in two groups seconds apart (or none: the ingest time), so each word gets two sessions or so a post.
 
 A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
 dataset's events at the version an answer names (read from the Delta table by ``tests.oracle``):
 every answer must equal v1's oracle or v2's, as its ``logic`` says. At the end every key of every
-v2 view equals v2's oracle (the sliding view's window ending now: its panes combined), ``first_letters`` is
-gone, and the served logic is v2's.
+v2 view equals v2's oracle (the sliding view's window ending now: its panes combined; every word's sessions: a
+gap sessionization of its event times, the newest four kept and the older ones, several a word, in the folded
+summary, exact after them), ``first_letters`` is gone, and the served logic is v2's.
 """
 
 from __future__ import annotations
@@ -25,17 +28,19 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import pandas as pd
 import psutil
 import pytest
 
 from tests import oracle
-from tests.support import free_port
+from tests.support import free_port, window_oracle
 from tests.support.platform import KEY, stop_up, wait_up
+from tests.support.window_checks import MICROS, micros, rows, spans, word_times
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
 
@@ -68,9 +73,12 @@ class MyWords(Pipeline):
 
 pipeline = MyWords()
 '''
-V2_SOURCE = _HEAD + '''
+#: v2's session view: a word's sessions are runs of its event times no more than GAP seconds apart; KEEP kept.
+GAP, KEEP = 1, 4
+V2_SOURCE = _HEAD + f'''
 from datetime import timedelta
 
+from shared_logic.sessions import SessionWindow
 from shared_logic.views import SlidingWindow
 
 
@@ -80,7 +88,9 @@ class MyWords(Pipeline):
     views = (View("word_counts", keys=("word",), measures=(Count(),)),
              View("word_lengths", keys=("length",), measures=(Count(),)),
              View("words_last_hour", keys=("word",), measures=(Count(),),
-                  window=SlidingWindow(timedelta(hours=1), timedelta(minutes=5))))
+                  window=SlidingWindow(timedelta(hours=1), timedelta(minutes=5))),
+             View("word_sessions", keys=("word",), measures=(Count(),),
+                  sessions=SessionWindow(timedelta(seconds={GAP}), max_sessions={KEEP})))
 
     def transform(self, events):
         found = events.select(F.explode(F.split(F.lower(F.col("text")), r"\\s+")).alias("word"), "event_time")
@@ -90,6 +100,9 @@ class MyWords(Pipeline):
 pipeline = MyWords()
 '''
 VOCABULARY = ["Apache", "apache", "Spark", "spark", "Delta", "redis", "Lambda", "lambda", "x"]
+#: Seconds before a post's time its events carry as event time (None: none sent, the ingest time is theirs): two
+#: groups more than GAP apart, so a word gets two sessions a post (three if the ingest time lags by over GAP).
+SPREAD = (0.0, 0.4, 0.9, 2.5, 3.0, None, None)
 ASKED = [("word_counts", "apache"), ("word_counts", "Apache"), ("word_counts", "spark"),
          ("first_letters", "A"), ("word_lengths", "5")]
 
@@ -160,10 +173,27 @@ def _reader(base: str, stop: threading.Event, seen: list[tuple[str, str, int, st
             time.sleep(0.05)
 
 
-def _post(http: httpx.Client, rng: random.Random, n: int) -> None:
-    texts = [" ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(1, 5))) for _ in range(n)]
-    response = http.post("/v1/events", json=[{"text": t} for t in texts])
-    assert response.status_code == 202, response.text
+class Poster:
+    """Posts lines of the vocabulary, their event times within SPREAD before the post. Posts lie more than GAP
+    apart in time (it waits when need be), so no session spans two; a post is one commit of one file, which a
+    micro-batch reads whole. So wherever the batch/speed split and the micro-batches fell, the newest KEEP sessions
+    are kept and the older ones folded, as the oracle has it (``merge_parts`` folds only whole posts' sessions)."""
+
+    def __init__(self, http: httpx.Client, rng: random.Random) -> None:
+        self.http, self.rng, self.done = http, rng, 0.0
+
+    def __call__(self, n: int) -> None:
+        time.sleep(max(0.0, self.done + max(s for s in SPREAD if s is not None) + GAP + 0.5 - time.time()))
+        now, lines = datetime.now(timezone.utc), []
+        for _ in range(n):
+            line: dict[str, str] = {"text": " ".join(self.rng.choice(VOCABULARY) for _ in range(self.rng.randint(1, 5)))}
+            before = self.rng.choice(SPREAD)
+            if before is not None:
+                line["event_time"] = (now - timedelta(seconds=before)).isoformat()
+            lines.append(line)
+        response = self.http.post("/v1/events", json=lines)
+        assert response.status_code == 202, response.text
+        self.done = time.time()  # the ingest time of events without one is earlier
 
 
 def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) -> None:
@@ -176,14 +206,15 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
     stop = threading.Event()
     reader = threading.Thread(target=_reader, args=(platform.base, stop, seen, problems), daemon=True)
     http = httpx.Client(base_url=platform.base, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
+    post = Poster(http, rng)
     try:
         platform.start(V1_SOURCE)
         wait_up(lambda: http.get("/healthz").status_code == 200, "the API")
-        _post(http, rng, 40)
+        post(40)
         wait_up(lambda: http.get("/readyz").status_code == 200, "v1's first generation", 600)
         v1 = http.get("/v1/views").json()["logic"]
         reader.start()
-        _post(http, rng, 20)
+        post(20)
         wait_up(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
         # (on a loaded machine the reader's first answers may come after the catch-up: v1 must be in them)
         wait_up(lambda: any(logic == v1 for *_, logic, _ in list(seen)), "the reader's first answer under v1", 120)
@@ -192,14 +223,14 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         platform.start(V2_SOURCE)
         wait_up(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
         v2 = http.get("/v1/views").json()["logic"]
-        _post(http, rng, 20)
+        post(20)
         wait_up(lambda: any(run["status"] == "running" for run in http.get("/v1/batch/runs").json()["runs"]),
                 "v2's recompute to start by itself", 300)
         time.sleep(rng.uniform(0, 15))  # somewhere in the recompute: snapshot, gold, publish or the flip
         platform.kill()
 
         platform.start(V2_SOURCE)
-        _post_when_up(http, rng)
+        _post_when_up(http, post)
         wait_up(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
         latest = _latest(master)
         wait_up(lambda: _version(http) >= latest, "v2's speed layer", 300)
@@ -215,6 +246,7 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
             assert got == dict(counts), view
         assert http.get("/v1/views/first_letters/keys/A").status_code == 404
         _sliding_view_is_exact(http, master)
+        _session_view_is_exact(http, master)
         platform.stop()
     finally:
         stop.set()
@@ -245,6 +277,36 @@ def _sliding_view_is_exact(http: httpx.Client, master: Path) -> None:
     assert want and {e["key"]: e["value"] for e in top["top"]} == dict(want), top
 
 
+def _session_view_is_exact(http: httpx.Client, master: Path) -> None:
+    """v2's session view under `up`: each word's sessions equal a gap sessionization (``tests.support.window_oracle``)
+    of its event times in the master's events at the version answered. Several a word are folded: the newest KEEP
+    are kept, the summary of the older ones is theirs, all time is marked inexact, and after the folded span (and
+    the gap) it is exact."""
+    words = sorted({w.lower() for w in VOCABULARY})
+    frames: dict[int, pd.DataFrame] = {}
+    for word in words:
+        body = http.get(f"/v1/views/word_sessions/sessions/keys/{word}").json()
+        if body["version"] not in frames:
+            frames[body["version"]] = window_oracle.sessionize(word_times(master, body["version"], lower=True), "word",
+                                                                GAP * MICROS)
+        sessions = frames[body["version"]]
+        mine = sessions[sessions.word == word]
+        kept, folded = mine.iloc[-KEEP:], mine.iloc[:-KEEP]
+        assert len(folded) > 0 and spans(body["sessions"]) == rows(kept) and not body["exact"], (word, body)
+        lengths, every = folded.end - folded.start, mine.end - mine.start
+        f = body["folded"]
+        assert (f["sessions"], micros(f["first_start"]), micros(f["last_end"]), f["total_duration"], f["longest"],
+                f["value"]) == (len(folded), int(folded.start.min()), int(folded.end.max()), int(lengths.sum()) / MICROS,
+                                int(lengths.max()) / MICROS, {"count": int(folded["count"].sum())}), (word, f)
+        summary = http.get(f"/v1/views/word_sessions/sessions/summary/{word}").json()
+        assert (summary["sessions"], summary["folded"], summary["total_duration"], summary["longest"]) == \
+            (len(mine), len(folded), int(every.sum()) / MICROS, int(every.max()) / MICROS), (word, summary)
+        after = int(folded.end.max()) + GAP * MICROS + 1
+        later = http.get(f"/v1/views/word_sessions/sessions/keys/{word}",
+                         params={"from": f"{after // MICROS}.{after % MICROS:06d}", "to": "now"}).json()
+        assert later["exact"] and spans(later["sessions"]) == rows(kept), (word, later)
+
+
 def _latest(master: Path) -> int:
     return max(int(p.stem) for p in (master / "_delta_log").glob("*.json"))
 
@@ -259,9 +321,9 @@ def _texts(master: Path, version: int) -> list[str]:
     return [event["text"] for event in oracle.read_events(master, version)]
 
 
-def _post_when_up(http: httpx.Client, rng: random.Random) -> None:
+def _post_when_up(http: httpx.Client, post: Poster) -> None:
     wait_up(lambda: http.get("/healthz").status_code == 200, "the API after the kill")
-    _post(http, rng, 20)
+    post(20)
 
 
 def _converged(http: httpx.Client, logic: str) -> bool:

@@ -30,7 +30,7 @@ from batch_layer.recompute.job import run_batch
 from serving.api.app import create_app
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import ingest_file
+from tests.support import ingest_file, window_oracle
 from tests.support.servers import ApiServer
 from tests.support.speed import running_speed_layer, wait_caught_up
 from tests.support.visits_pipeline import GAP, KEEP
@@ -58,14 +58,8 @@ def events_at(settings: Any, version: int) -> pd.DataFrame:
 
 
 def sessionize(events: pd.DataFrame) -> pd.DataFrame:
-    """Every user's sessions from scratch: events sorted by time, a new session where the user changes or two
-    neighbours lie more than GAP apart; per session its start, end and the measures (pandas)."""
-    events = events.sort_values(["user", "t"], kind="stable").reset_index(drop=True)
-    new = (events.user != events.user.shift()) | (events.t - events.t.shift() > GAP)
-    events["session"] = new.cumsum()
-    return events.groupby("session").agg(user=("user", "first"), start=("t", "min"), end=("t", "max"),
-                                         count=("t", "size"), sum=("seconds", "sum"), min=("seconds", "min"),
-                                         max=("seconds", "max")).reset_index(drop=True)
+    """Every user's sessions from scratch (``tests.support.window_oracle``): count, sum, min and max of seconds."""
+    return window_oracle.sessionize(events, "user", GAP, "seconds")
 
 
 def _seconds(text: str) -> int:
@@ -82,8 +76,7 @@ def _want(sessions: pd.DataFrame) -> list[tuple]:
 
 
 def _top(sessions: pd.DataFrame, by: str, n: int) -> list[tuple[str, float]]:
-    values = sessions.groupby("user").size() if by == "count" else (sessions.end - sessions.start).groupby(sessions.user).max()
-    return sorted(((u, float(v)) for u, v in values.items()), key=lambda uv: (-uv[1], uv[0]))[:n]
+    return window_oracle.session_top(sessions, "user", by, n)
 
 
 def check(http: httpx.Client, settings: Any, version: int, rng: random.Random, *, bridged: list[tuple[str, int, int]]) -> None:

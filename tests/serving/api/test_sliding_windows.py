@@ -26,7 +26,7 @@ from serving.api.app import create_app
 from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, window_oracle
 from tests.support.key_pages import every_page, rows_of
 from tests.support.servers import ApiServer
 from tests.support.speed import running_speed_layer, wait_caught_up
@@ -71,10 +71,8 @@ def _value(rows: pd.DataFrame) -> dict[str, Any]:
 
 
 def _top(events: pd.DataFrame, start: int, end: int, measure: str, n: int) -> list[tuple[str, int]]:
-    inside = events[(events.t >= start) & (events.t < end)]
     how = {"count": "count", "sum_seconds": "sum", "min_seconds": "min", "max_seconds": "max"}[measure]
-    values = inside.groupby("song")["seconds"].agg(how)
-    return sorted(((k, int(v)) for k, v in values.items()), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return window_oracle.window_top(events, "song", "seconds", start, end, how, n)
 
 
 def test_sliding_windows_and_ranges_are_exact_across_the_barrier(spark: Any, make_settings: Any, tmp_path: Any) -> None:
