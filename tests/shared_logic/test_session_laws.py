@@ -2,7 +2,7 @@
 the merge of any split's sessions equal to the sessions of all the events (``shared_logic.sessions``).
 
 The oracle is a gap sessionization over plain events (sorted by time, a new session wherever two neighbours lie
-more than ``gap`` apart: ``tests.support.session_oracle``, which the console's page test shares; its measures a
+more than ``gap`` apart: ``tests.support.window_oracle.gap_runs``, which the console's page test shares; its measures a
 plain-Python count, integer sum, min, max and set of values), never the module's own ``sessions_of``. Events come
 in random order and are split at random into parts, as a barrier and micro-batches split them: late events that
 extend a session of another part or bridge two of its sessions are among them by construction (small times, small
@@ -35,7 +35,7 @@ from shared_logic.sessions import (
     sessions_of,
     summary,
 )
-from tests.support.session_oracle import gap_runs
+from tests.support.window_oracle import gap_runs
 
 MEASURES = (Count(), Sum("v"), Min("v"), Max("v"), Distinct("who"))
 LAWS = settings(max_examples=200, deadline=None, database=None)
@@ -55,7 +55,7 @@ def part(gap: int, events: list[tuple[int, int, str]]) -> tuple[Session, ...]:
 
 
 def oracle(gap: int, events: list[tuple[int, int, str]]) -> list[tuple[int, int, dict[str, Any]]]:
-    """Gap sessionization of plain events (``tests.support.session_oracle``): (start, end, measures) per session,
+    """Gap sessionization of plain events (``tests.support.window_oracle.gap_runs``): (start, end, measures) per session,
     by start."""
     runs = gap_runs(gap, sorted(events), lambda e: e[0])
     return [(run[0][0], run[-1][0], {"count": len(run), "sum_v": sum(v for _, v, _ in run), "min_v": min(v for _, v, _ in run),

@@ -1,6 +1,8 @@
-"""Pandas oracles for the windows beyond tumbling, written from their definitions (README.md's window and session
-sections), never from the platform's code: a sliding window's (or range's) values are those of the events whose
-time lies in it, grouped by key; a key's sessions are the runs of its events no more than the gap apart.
+"""Oracles for the windows beyond tumbling, written from their definitions (README.md's window and session sections),
+never from the platform's code: a sliding window's (or range's) values are those of the events whose time lies in
+it, grouped by key; a key's sessions are the runs of its events no more than the gap apart (exactly the gap apart:
+one session). In pandas over frames of events, and ``gap_runs`` in plain Python over any events (each test then
+sums up its runs' measures itself).
 
 Inputs are frames of events as the master dataset stores them (``tests.oracle.read_events``), one row an event (or
 a word of one), with its key column and its time ``t`` as an integer in whatever unit the caller keeps throughout
@@ -9,9 +11,23 @@ a word of one), with its key column and its time ``t`` as an integer in whatever
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import pandas as pd
+
+E = TypeVar("E")
+
+
+def gap_runs(gap: int, events: Iterable[E], time: Callable[[E], int]) -> list[list[E]]:
+    """``events`` in time order (a stable sort by ``time``), as maximal runs of neighbours at most ``gap`` apart."""
+    runs: list[list[E]] = []
+    for event in sorted(events, key=time):
+        if runs and time(event) - time(runs[-1][-1]) <= gap:
+            runs[-1].append(event)
+        else:
+            runs.append([event])
+    return runs
 
 
 def window_top(events: pd.DataFrame, key: str, value: str, start: int, end: int, how: str,

@@ -12,7 +12,7 @@ window kind and the top-N of the window ending now as a bar chart that asks agai
 generation is published the chart shows it, equal to the API's top-N of the window it names at its version.
 A session view (``tests.support.visits_pipeline``) shows its top keys by session count and longest session, and a
 key's sessions as a timeline over a table (all time, a range, folded sessions of the bounded view), equal to the
-API's answers and to a plain-Python sessionization of the events written (``tests.support.session_oracle``).
+API's answers and to a plain-Python sessionization of the events written (``tests.support.window_oracle.gap_runs``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from shared_logic.registry import load_pipeline
 from tests.support import ingest_file, key_url, wait_for
 from tests.support.browser import field, load, raw, values
 from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
-from tests.support.session_oracle import gap_runs
 from tests.support.visits_pipeline import GAP, KEEP
+from tests.support.window_oracle import gap_runs
 
 ADMIN = "console-admin-key"
 TRENDING = "tests.support.trending_pipeline"
@@ -226,7 +226,7 @@ def test_a_sliding_view_shows_its_kind_and_a_live_top_of_the_window_ending_now(
 
 
 def _oracle_sessions(events: list[dict[str, Any]], user: str) -> list[tuple[int, int, float, dict[str, int]]]:
-    """``user``'s sessions of the events (``tests.support.session_oracle``): (start, end, duration, measures), times
+    """``user``'s sessions of the events (``tests.support.window_oracle.gap_runs``): (start, end, duration, measures), times
     in epoch seconds."""
     runs = gap_runs(GAP, (e for e in events if e["user"] == user), lambda e: int(e["event_time"]))
     return [(int(r[0]["event_time"]), int(r[-1]["event_time"]), float(int(r[-1]["event_time"]) - int(r[0]["event_time"])),
