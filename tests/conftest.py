@@ -140,9 +140,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
 
     # No class-data-sharing archive: this JVM ends with the test process, so it would dump one (200 MB, a core
     # for about a minute) at every exit and never adopt it (only a command's own stop does: deploy.cli.main).
+    # No whole-stage code generation: on tests' few rows, compiling each query's fused Java costs more than it
+    # saves (about 7% less CPU over five Spark-heavy test files: benchmarks/RESULTS.md, "The suite"); the
+    # commands' and `up`'s JVMs keep Spark's default, so that path stays tested end to end.
     settings = load_settings(
         data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,
         storage_engine="delta-spark", spark_class_archive_dir="",
+        spark_conf={"spark.sql.codegen.wholeStage": False},
     )
     with _ivy_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
         session = build_spark(settings, "lambda-tests")
