@@ -3,8 +3,11 @@
 
 For each event count it builds a payments master dataset (synthetic, generated as Arrow and
 appended with ``MasterDataset.append`` in chunks, so the table has several files), then, in one
-process and one SparkSession, times these variants in rotation (A B C D A B C D ...), so that drift
-(JIT, page cache, GC, thermal) hits every variant alike:
+process and one SparkSession, times these variants in rotation, each timed round starting one
+variant later (A B C D, B C D A, C D A B, ...), so that drift (JIT, page cache, GC, thermal) hits
+every variant alike and each variant follows every other equally often (a job's time depends on
+the one run before it in the same JVM: RESULTS.md, issue 30's batch figures). ``--repeat`` as a
+multiple of the number of variants gives every position the same weight:
 
   A  ``run_batch``: the full recompute (barrier append, Spark snapshot read, shared transform,
      views aggregate, gold Delta write + commit, Redis load, flip, drop of the stale generation).
@@ -114,7 +117,7 @@ class _Rotation:
         return seconds
 
     def all(self, events: int) -> None:
-        """Warm-up A B C D (untimed), the check, then --repeat timed rounds A B C D."""
+        """Warm-up A B C D (untimed), the check, then --repeat timed rounds, each rotated by one."""
         args, b_root = self.args, self.b_root
         print(f"   warm-up (untimed): {' '.join(self.keys)}", flush=True)
         for key in self.keys:
@@ -131,7 +134,8 @@ class _Rotation:
         shutil.rmtree(b_root / "run-0", ignore_errors=True)
         for i in range(1, args.repeat + 1):
             line = []
-            for key in self.keys:
+            shift = (i - 1) % len(self.keys)
+            for key in self.keys[shift:] + self.keys[:shift]:
                 line.append(f"{key} {self.run(key, i):.2f}s")
                 shutil.rmtree(b_root / f"run-{i}", ignore_errors=True)
             print(f"   repeat {i}/{args.repeat}: " + "  ".join(line), flush=True)
@@ -185,7 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000], metavar="N",
                         help="event counts to benchmark, one fresh master dataset each")
-    parser.add_argument("--repeat", type=int, default=2, help="timed runs per variant (after one warm-up)")
+    parser.add_argument("--repeat", type=int, default=2, help="timed runs per variant (after one warm-up); round i starts i-1 variants later")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where to put master/gold tables, Spark temp and the embedded Redis "
                              "(default: a temporary dir, deleted at the end; a given dir is kept)")
