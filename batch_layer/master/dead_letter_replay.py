@@ -107,8 +107,10 @@ def _replay_once(master: MasterDataset, appender: Appender,
 def letter_events(schema: EventSchema, letter: Mapping[str, Any]) -> pa.Table:
     """The event a letter's raw text holds, validated now (EventValidationError listing its problems)."""
     raw, where = str(letter.get("raw") or ""), f"dead letter {letter.get('id')}"
-    dead_at = letter.get("dead_at")
-    stamp = dead_at if isinstance(dead_at, datetime) else datetime.now(timezone.utc)
+    # An event without its own time gets the time the ingest would have given it: a Kafka record's timestamp,
+    # else the time it was refused (a file's line had only that).
+    known = [t for t in (letter.get("record_time"), letter.get("dead_at")) if isinstance(t, datetime)]
+    stamp = known[0] if known else datetime.now(timezone.utc)
 
     def clock() -> datetime:
         return stamp

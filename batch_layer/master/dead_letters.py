@@ -52,6 +52,8 @@ SCHEMA = pa.schema([
     pa.field("field", pa.string()),
     pa.field("reason", pa.string(), nullable=False),
     pa.field("dead_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    # Added after the first tables were written: an older table gains it on its next append (``_fit``).
+    pa.field("record_time", pa.timestamp("us", tz="UTC")),
 ])
 
 #: Longest raw text kept per letter (a record past it is kept cut, with the cut said in the reason).
@@ -72,6 +74,9 @@ class DeadLetter:
     file: str | None = None
     line: int | None = None
     dead_at: datetime = dataclasses.field(default_factory=lambda: datetime.now(timezone.utc))
+    #: Kafka: the record's own timestamp (None when it has none), the event time a replay gives an event
+    #: without one, as the ingest would have (never the time it was refused).
+    record_time: datetime | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.raw, str) or len(self.raw) > RAW_LIMIT:  # bytes, None, or too long: kept as text
@@ -129,6 +134,7 @@ class DeadLetters:
     def __init__(self, path: Location, pipeline: str, engine: StorageEngine) -> None:
         self.path, self.pipeline, self.engine = path, pipeline, engine
         self._counting = _Counts(path)
+        self._fits = False  # the table holds every column of SCHEMA (checked by this instance's first append)
 
     @classmethod
     def open(cls, config: DeadLetterConfig, pipeline: str) -> DeadLetters:
@@ -140,7 +146,7 @@ class DeadLetters:
         application transaction ``(app_id, app_version)`` is already recorded (a replay)."""
         if not letters:
             return None
-        self.engine.ensure_table(self.path, SCHEMA, name=f"dead_letters_{self.pipeline}", change_feed=False)
+        self._fit()
         rows = pa.Table.from_pylist([letter.row() for letter in letters], schema=SCHEMA)
         try:
             txns = [(app_id, app_version)] if app_id is not None and app_version is not None else []
@@ -151,6 +157,21 @@ class DeadLetters:
         log.warning("%d dead letter(s) of pipeline %s kept at version %d (first: %s)", len(letters),
                     self.pipeline, version, letters[0].reason[:200])
         return version
+
+    def _fit(self) -> None:
+        """Create the table, or give one an older release wrote the columns SCHEMA gained since (one commit,
+        no data rewritten; its letters read them as null)."""
+        if self._fits:
+            return
+        state = self.engine.table_state(self.path)
+        missing = [f for f in SCHEMA if state is not None and f.name not in state.schema.names]
+        if missing:
+            version = self.engine.add_columns(self.path, missing, metadata={
+                "lambda.schema": "add " + ", ".join(f.name for f in missing)})
+            log.info("dead letters of pipeline %s: added the columns %s at version %d", self.pipeline,
+                     ", ".join(f.name for f in missing), version)
+        self.engine.ensure_table(self.path, SCHEMA, name=f"dead_letters_{self.pipeline}", change_feed=False)
+        self._fits = True
 
     def keep(self, letters: Sequence[DeadLetter]) -> int | None:
         """Keep, in one commit, the letters not kept yet: a letter whose id the table holds already (the

@@ -200,7 +200,8 @@ class MasterWriter:
                 replayed = True
         fault_point("kafka-after-master")
         letters = [DeadLetter.of_problems(values[i], "kafka", problems, topic=rows["topic"][i],
-                                          partition=rows["partition"][i], offset=rows["offset"][i])
+                                          partition=rows["partition"][i], offset=rows["offset"][i],
+                                          record_time=stamps[i])
                    for i, problems in refused]
         self.dead_letters.append(letters, app_id=self.app_id, app_version=batch_id)
         fault_point("kafka-after-letters")

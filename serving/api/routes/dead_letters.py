@@ -55,6 +55,8 @@ class DeadLetterInfo(BaseModel):
     field: str | None = Field(default=None, description="The first field at fault ('(event)': the record as a whole).")
     reason: str = Field(description="Every problem, in words.")
     dead_at: datetime = Field(description="When it was refused (UTC).")
+    record_time: datetime | None = Field(default=None, description="Kafka: the record's own timestamp (UTC; none "
+                                         "when it has none), the event time a replay gives an event without one.")
     replayed: bool = Field(description="Whether `dead-letters replay` appended it to the master dataset already.")
 
 

@@ -9,15 +9,16 @@ back with delta-rs and its rows counted by merchant, so a letter appended twice 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letter_replay import replay, replayed_ids
-from batch_layer.master.dead_letters import DeadLetter, DeadLetters
+from batch_layer.master.dead_letters import SCHEMA, DeadLetter, DeadLetters
 from batch_layer.master.engines import get_engine
 from shared_logic.pipeline import EventModel
 from shared_logic.pipelines.payments import Payments
@@ -137,3 +138,25 @@ def test_a_transform_letter_is_never_replayed_its_event_is_in_the_master(ingeste
 
     assert result.replayed == [] and "in the master dataset already" in result.invalid[str(letter["id"])][0].message
     assert _merchants(strict) == Counter({"ok-1": 1})
+
+
+def test_a_kafka_letter_replays_at_its_record_time_and_a_table_written_before_that_column_gains_it(
+        tmp_path: Path) -> None:
+    engine = get_engine("delta-rs")
+    older = pa.schema([f for f in SCHEMA if f.name != "record_time"])  # the table as the first release wrote it
+    engine.ensure_table(tmp_path / "dead", older, name="dead_letters_payments", change_feed=False)
+    first = DeadLetter(raw="not json", source="file", reason="not JSON", file="a.jsonl", line=1).row()
+    engine.append(tmp_path / "dead", pa.Table.from_pylist([first], schema=older))
+    letters = DeadLetters(tmp_path / "dead", "payments", engine)
+    sent = datetime(2026, 3, 1, 12, 30, 15, 250000, tzinfo=timezone.utc)  # the record's Kafka timestamp
+    raw = '{"merchant": "from-kafka", "amount": 2.5}'  # no user_id (the fix makes it optional), no event_time
+
+    letters.append([DeadLetter(raw=raw, source="kafka", reason="field 'user_id': required", topic="pay",
+                               partition=3, offset=41, record_time=sent)])
+
+    by_source = {letter["source"]: letter for letter in letters.select()}
+    assert by_source["file"]["record_time"] is None and by_source["kafka"]["record_time"] == sent
+    master = MasterDataset(tmp_path / "master", FixedPayments(), engine)
+    assert replay(master, [by_source["kafka"]]).replayed == [by_source["kafka"]["id"]]
+    [event] = [r for r in DeltaTable(str(master.path)).to_pyarrow_table().to_pylist() if r["_kind"] == "event"]
+    assert event["merchant"] == "from-kafka" and event["event_time"] == sent, "the record's time, not the refusal's"

@@ -70,6 +70,8 @@ def test_valid_records_go_to_the_master_and_bad_ones_to_dead_letters_with_their_
     assert sorted((letter["offset"], letter["partition"], letter["topic"], letter["source"]) for letter in letters) == [
         (40 + i, i % 2, "words", "kafka") for i in (2, 3, 4, 5, 6)]
     by_offset = {letter["offset"]: letter for letter in letters}
+    assert all(letter["record_time"] == _T0 + timedelta(seconds=letter["offset"] - 40) for letter in letters), \
+        "each letter keeps its record's Kafka timestamp (a replay's event time)"
     assert by_offset[42]["field"] == "text" and by_offset[42]["raw"] == '{"text": 5}'
     assert "no value" in by_offset[44]["reason"]
     assert by_offset[45]["raw"] == '{"text": "caf\\xe9"}'
@@ -119,18 +121,19 @@ def test_a_batch_of_dead_letters_only_is_kept_once_and_the_next_batch_still_land
 
 
 def test_an_oversized_record_is_a_dead_letter_and_a_missing_kafka_timestamp_is_no_time(writer: MasterWriter) -> None:
-    records = _records([b'{"text": "big"}', b'{"text": "no timestamp"}'])
-    records = records.set_column(4, "timestamp", pa.array([_T0, datetime(1969, 12, 31, 23, 59, 59, 999000,
-                                                                         tzinfo=timezone.utc)], _KAFKA.field(4).type))
-    records = records.append_column("size", pa.array([MAX_RECORD_BYTES + 1, 30], pa.int32()))
+    records = _records([b'{"text": "big"}', b'{"text": "no timestamp"}', b'{"text": 1}'])
+    records = records.set_column(4, "timestamp", pa.array([_T0] + 2 * [datetime(1969, 12, 31, 23, 59, 59, 999000,
+                                                                             tzinfo=timezone.utc)], _KAFKA.field(4).type))
+    records = records.append_column("size", pa.array([MAX_RECORD_BYTES + 1, 30, 11], pa.int32()))
     before = datetime.now(timezone.utc)
 
     outcome = writer.write(records, batch_id=0)
 
     [row] = _master_rows(writer)
     assert row["text"] == "no timestamp" and row["event_time"] >= before  # Kafka's -1: no record time
-    [letter] = writer.dead_letters.page().letters
-    assert letter["offset"] == 0 and "over the 65,536-byte limit" in letter["reason"] and outcome.dead == 1
+    big, untimed = sorted(writer.dead_letters.page().letters, key=lambda letter: letter["offset"])
+    assert big["offset"] == 0 and "over the 65,536-byte limit" in big["reason"] and outcome.dead == 2
+    assert (big["record_time"], untimed["offset"], untimed["record_time"]) == (_T0, 2, None), "Kafka's -1: no time"
 
 
 def test_a_source_reads_topics_or_a_pattern_and_passes_client_options_through() -> None:
