@@ -33,6 +33,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, FloatType, MapType, StructField
@@ -120,20 +121,53 @@ class DataError:
 
 
 def data_error(error: BaseException) -> DataError | None:
-    """The data error behind ``error`` (it or one of its causes), or None when it is no such error (then it
-    is no poison event's doing: Redis, the JVM, a bug). Told by Spark's condition and SQLSTATE, never text."""
-    seen: BaseException | None = error
+    """The data error behind ``error`` (it or one of its causes, in Python or in the JVM), or None when it is
+    no such error (then it is no poison event's doing: Redis, the JVM, a bug). Told by Spark's condition and
+    SQLSTATE, never text. The JVM's causes count: a row's error inside a write task can reach Python as a
+    ``TASK_WRITE_FAILED`` that PySpark does not convert (as JVM Delta's writer raises it when the projection
+    runs outside whole-stage code generation, which Spark falls back from on wide plans)."""
+    seen: Any = error
     for _ in range(16):
         if seen is None:
             return None
-        condition_of, state_of = getattr(seen, "getCondition", None), getattr(seen, "getSqlState", None)
-        if condition_of is not None and state_of is not None:  # a Spark error (PySparkException)
-            condition, state = condition_of(), state_of()
-            if condition == _RAISED or (state or "").startswith(_DATA_EXCEPTION):
-                message = getattr(seen, "getMessage", lambda: "")() or str(seen)
-                return DataError(condition or "", message.strip().splitlines()[0] if message.strip() else "")
-        seen = getattr(seen, "_cause", None) or seen.__cause__
+        spark_error = _spark_error(seen)
+        if spark_error is not None and (spark_error.condition == _RAISED or spark_error.state.startswith(_DATA_EXCEPTION)):
+            return DataError(spark_error.condition, spark_error.message)
+        seen = _cause(seen)
     return None
+
+
+@dataclass(frozen=True)
+class _SparkError:
+    condition: str
+    state: str
+    message: str
+
+
+def _spark_error(seen: Any) -> _SparkError | None:
+    """``seen``'s condition, SQLSTATE and first message line if it is a Spark error (a PySparkException, or a
+    JVM throwable implementing SparkThrowable), else None."""
+    condition_of, state_of = getattr(seen, "getCondition", None), getattr(seen, "getSqlState", None)
+    if condition_of is None or state_of is None:
+        return None
+    try:
+        condition, state = condition_of(), state_of()
+        message = getattr(seen, "getMessage", lambda: "")() or str(seen)
+    except Py4JError:  # a JVM throwable that is no SparkThrowable (py4j answers any method name)
+        return None
+    first = message.strip().splitlines()[0] if message and message.strip() else ""
+    return _SparkError(condition or "", state or "", first)
+
+
+def _cause(seen: Any) -> Any:
+    """What caused ``seen``: a Python error's cause, else the JVM throwable a Py4JJavaError carries, else a
+    JVM throwable's own cause."""
+    if isinstance(seen, BaseException):
+        return getattr(seen, "_cause", None) or seen.__cause__ or getattr(seen, "java_exception", None)
+    try:
+        return seen.getCause()
+    except Py4JError:
+        return None
 
 
 @dataclass(frozen=True)

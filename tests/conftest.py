@@ -142,7 +142,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     # for about a minute) at every exit and never adopt it (only a command's own stop does: deploy.cli.main).
     # No whole-stage code generation: on tests' few rows, compiling each query's fused Java costs more than it
     # saves (about 7% less CPU over five Spark-heavy test files: benchmarks/RESULTS.md, "The suite"); the
-    # commands' and `up`'s JVMs keep Spark's default, so that path stays tested end to end.
+    # commands' and `up`'s JVMs keep Spark's default, so that path stays tested end to end. (This session's path is
+    # the one Spark falls back to on wide plans: a poison row fails JVM Delta's write task there as a
+    # TASK_WRITE_FAILED that PySpark does not convert, which test_engines' poison contract proves the search reads.)
     settings = load_settings(
         data_dir=tmp_path_factory.mktemp("spark"), spark_master="local[2]", spark_shuffle_partitions=2,
         storage_engine="delta-spark", spark_class_archive_dir="",
