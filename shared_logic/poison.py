@@ -193,6 +193,9 @@ class _Part:
     keys: tuple[int, ...] | None = None
     failure: DataError | None = None
     must_fail: bool = False
+    #: ``failure`` is the caller's (how the whole input failed, maybe past ``view_rows``: in an aggregate or
+    #: a write), not a probe's: it narrows the search but never names one event poison unprobed.
+    told: bool = False
 
     def where(self) -> Column:
         key = F.col(_KEY)
@@ -203,8 +206,8 @@ class _Part:
         return self.failure is not None or self.must_fail
 
     def seen(self, failure: DataError | None) -> _Part:
-        """This part, failing as ``failure`` (None: it passed)."""
-        return replace(self, failure=failure)
+        """This part, failing as ``failure`` (None: it passed), as a probe saw it."""
+        return replace(self, failure=failure, told=False)
 
     def halves(self, keys: tuple[int, ...] | None) -> tuple[_Part, _Part]:
         """Its two halves, by ``keys`` (its distinct keys, when known) or else by key range."""
@@ -227,7 +230,7 @@ def isolate(pipeline: Pipeline, events: DataFrame, *, ignore: Collection[str] = 
     keyed = events.withColumn(_KEY, event_key(events, ignore)).persist()
     try:
         found: list[PoisonEvent] = []
-        pending = [_Part(failure=failure)]
+        pending = [_Part(failure=failure, told=True)]
         while pending:
             part = pending.pop()
             subset = keyed.where(part.where())
@@ -241,7 +244,7 @@ def isolate(pipeline: Pipeline, events: DataFrame, *, ignore: Collection[str] = 
             if keys is not None and len(keys) == 0:  # "must fail" but empty: nothing reproducible here
                 continue
             if keys is not None and len(keys) == 1:  # one event: its own failure says why
-                failed = part.failure or _probe(pipeline, subset.drop(_KEY, *ignore))
+                failed = (None if part.told else part.failure) or _probe(pipeline, subset.drop(_KEY, *ignore))
                 if failed is not None:
                     found.append(_described(pipeline, subset, keys[0], failed, ignore))
                 continue

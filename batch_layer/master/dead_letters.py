@@ -220,7 +220,12 @@ class DeadLetters:
             found = dataset.to_table(columns=columns, filter=None if ids is None else pc.field("id").isin(list(ids)))
         except Exception as e:  # delta-rs raises several kinds for an unreadable table
             raise StorageError(f"cannot read the dead letters of pipeline {self.pipeline} at {self.path}: {e}") from e
-        return found if columns else found.cast(SCHEMA)
+        if columns:
+            return found
+        for field in SCHEMA:  # a table an older release wrote, before its next append adds the column (``_fit``)
+            if field.name not in found.column_names:
+                found = found.append_column(field, pa.nulls(found.num_rows, field.type))
+        return found.select(SCHEMA.names).cast(SCHEMA)
 
 
 class _Counts:

@@ -87,7 +87,10 @@ class DeltaRsEngine:
         """One ``metaData`` commit (delta-rs ``alter.add_columns``, Delta's ADD COLUMNS): no data rewritten."""
         table = self._open(path)
         names = {f.name for f in fields}
-        added = [DeltaField.from_arrow(f.with_nullable(True)) for f in fields]
+        have = set(pa.schema(table.schema().to_arrow()).names)
+        if names <= have:  # another writer added them since the caller looked: no second (empty) metaData commit,
+            return table.version()  # which would fail that writer's appends in flight ("Metadata changed")
+        added = [DeltaField.from_arrow(f.with_nullable(True)) for f in fields if f.name not in have]
         try:
             table.alter.add_columns(added, commit_properties=CommitProperties(custom_metadata=dict(metadata)))
         except DeltaError as e:

@@ -72,3 +72,13 @@ def test_a_clean_input_is_searched_for_nothing_and_other_errors_are_no_data_erro
     with pytest.raises(AnalysisException) as failed:
         frame(spark, GOOD).select("no_such_column").collect()
     assert data_error(failed.value) is None
+
+
+def test_a_failure_past_the_rows_never_makes_a_lone_event_poison_unprobed(spark: Any) -> None:
+    # How the caller's whole query failed, in an aggregate or a write (a sum past a type's range, say), is a
+    # class-22 error that no single event's rows cause: one distinct event (a speed micro-batch's) is probed,
+    # not named poison on the caller's word.
+    beyond_the_rows = poison_rule.DataError("ARITHMETIC_OVERFLOW", "a sum overflowed in the aggregate")
+    assert isolate(ratio_pipeline.pipeline, frame(spark, GOOD[:1] * 3), failure=beyond_the_rows) == []
+    [found] = isolate(ratio_pipeline.pipeline, frame(spark, [ZERO]), failure=beyond_the_rows)
+    assert found.condition == "DIVIDE_BY_ZERO", "its own failure says why, not the caller's"

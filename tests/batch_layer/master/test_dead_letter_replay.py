@@ -148,6 +148,8 @@ def test_a_kafka_letter_replays_at_its_record_time_and_a_table_written_before_th
     first = DeadLetter(raw="not json", source="file", reason="not JSON", file="a.jsonl", line=1).row()
     engine.append(tmp_path / "dead", pa.Table.from_pylist([first], schema=older))
     letters = DeadLetters(tmp_path / "dead", "payments", engine)
+    [old] = letters.select()  # read (API, CLI, the batch's poison letters) before any append adds the column
+    assert old["source"] == "file" and old["record_time"] is None and letters.page().total == 1
     sent = datetime(2026, 3, 1, 12, 30, 15, 250000, tzinfo=timezone.utc)  # the record's Kafka timestamp
     raw = '{"merchant": "from-kafka", "amount": 2.5}'  # no user_id (the fix makes it optional), no event_time
 
@@ -156,6 +158,10 @@ def test_a_kafka_letter_replays_at_its_record_time_and_a_table_written_before_th
 
     by_source = {letter["source"]: letter for letter in letters.select()}
     assert by_source["file"]["record_time"] is None and by_source["kafka"]["record_time"] == sent
+    latest = engine.latest_version(tmp_path / "dead")  # a writer that saw the column missing before another added it
+    assert engine.add_columns(tmp_path / "dead", [SCHEMA.field("record_time")], metadata={}) == latest, \
+        "no second, empty metaData commit (it would fail other writers' appends in flight)"
+    assert engine.latest_version(tmp_path / "dead") == latest
     master = MasterDataset(tmp_path / "master", FixedPayments(), engine)
     assert replay(master, [by_source["kafka"]]).replayed == [by_source["kafka"]["id"]]
     [event] = [r for r in DeltaTable(str(master.path)).to_pyarrow_table().to_pylist() if r["_kind"] == "event"]
