@@ -34,13 +34,18 @@ def _bindable(port: int) -> bool:
     return True
 
 
+#: Node ports: their cluster bus ports (+10000) stay below Linux's default ephemeral range (32768-60999), where
+#: any process's outgoing connection may take a port between the check and Redis's bind.
+_PORTS = (20_000, 22_767)
+
+
 def _free_port() -> int:
-    """A port whose cluster bus port (+10000) is free too; Redis wants the port <= 55535 for that."""
+    """A port whose cluster bus port (+10000) is free too (both below the ephemeral range)."""
     for _ in range(1000):
-        port = random.randint(20_000, 45_000)
+        port = random.randint(*_PORTS)
         if _bindable(port) and _bindable(port + 10_000):
             return port
-    raise RuntimeError("no free port pair (port, port + 10000) found between 20000 and 55000")
+    raise RuntimeError(f"no free port pair (port, port + 10000) found for ports {_PORTS[0]}-{_PORTS[1]}")
 
 
 @dataclass
@@ -65,9 +70,7 @@ class LocalRedisCluster:
     def start(self, wait_seconds: float = 60.0) -> LocalRedisCluster:
         if self.masters < 3:
             raise ValueError(f"a Redis Cluster needs at least 3 masters, not {self.masters}")
-        self.ports = [_free_port() for _ in range(self.masters * (1 + self.replicas))]
-        for port in self.ports:
-            self._start_node(port)
+        self.ports = [self._start_node() for _ in range(self.masters * (1 + self.replicas))]
         cli = redis_binary().with_name("redis-cli")
         create = [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
                   "--cluster-replicas", str(self.replicas), "--cluster-yes"]
@@ -80,23 +83,33 @@ class LocalRedisCluster:
         log.info("Redis Cluster of %d masters, %d replicas each, on ports %s", self.masters, self.replicas, self.ports)
         return self
 
-    def _start_node(self, port: int) -> None:
-        folder = self.workdir / str(port)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.processes[port] = subprocess.Popen(
-            [str(redis_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(folder / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                if redis.Redis(port=port).ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"Redis Cluster node on port {port} did not start; see {folder / 'redis.log'}")
+    def _start_node(self, attempts: int = 5) -> int:
+        """Start a node on a free port pair; its port. A node that exits at once (a port of its pair taken
+        since it was checked: Redis aborts on a failed bind) starts again on another pair."""
+        for _ in range(attempts):
+            port = _free_port()
+            folder = self.workdir / str(port)
+            folder.mkdir(parents=True, exist_ok=True)
+            process = subprocess.Popen(
+                [str(redis_binary()), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                 "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(folder / "redis.log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    if redis.Redis(port=port).ping():
+                        self.processes[port] = process
+                        return port
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            if process.poll() is None:  # alive but not answering: not a port clash
+                process.kill()
+                raise RuntimeError(f"Redis Cluster node on port {port} did not answer in 15 s; see {folder / 'redis.log'}")
+            log.warning("Redis Cluster node on port %d exited at start (see %s): trying another port", port,
+                        folder / "redis.log")
+        raise RuntimeError(f"no Redis Cluster node started in {attempts} attempts under {self.workdir}")
 
     def wait_ok(self, wait_seconds: float = 60.0) -> None:
         """Until every live node says ``cluster_state:ok`` and every slot's master is a live node (after a
