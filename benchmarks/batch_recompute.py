@@ -171,8 +171,11 @@ def code_version() -> str:
 
 
 def settings_overrides(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    # No class-data-sharing archive: only a command's own stop adopts one, so this driver would claim it on
+    # every run and record its classes for a dump nobody maps (about 6% more CPU on every variant: RESULTS.md,
+    # issue 30's batch figures), where a user's `batch run` maps the adopted archive.
     overrides: dict[str, Any] = {"data_dir": data_dir, "pipeline": "payments",
-                                 "spark_driver_memory": args.driver_memory}
+                                 "spark_driver_memory": args.driver_memory, "spark_class_archive_dir": ""}
     if args.shuffle_partitions is not None:
         overrides["spark_shuffle_partitions"] = args.shuffle_partitions
     if args.spark_master is not None:
