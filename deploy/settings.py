@@ -256,6 +256,13 @@ class Settings(KafkaSettings):
         return join(self.tables_root, "dead_letters", self.pipeline_slug)
 
     @property
+    def event_ids_uri(self) -> str:
+        """The pipeline's event-id index (``batch_layer.master.event_ids``), for a pipeline declaring an event id."""
+        from batch_layer.master.object_store import join
+
+        return join(self.tables_root, "event_ids", self.pipeline_slug)
+
+    @property
     def gold_uri(self) -> str:
         """Folder of the pipeline's gold tables, one Delta table per view: a local path or an ``s3://`` URI."""
         from batch_layer.master.object_store import join

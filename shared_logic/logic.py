@@ -26,7 +26,7 @@ _DIGITS = 12
 
 
 def logic_fingerprint(*, module: str, schema: str, event_time_field: str | None, views: Sequence[object],
-                      logic_version: str) -> str:
+                      logic_version: str, event_id: str | None = None) -> str:
     """The fingerprint (hex) of a pipeline defined in ``module`` with these parts; the same in every process
     that loads the same code (``Pipeline.logic`` passes its own)."""
     loaded = sys.modules.get(module)
@@ -41,6 +41,8 @@ def logic_fingerprint(*, module: str, schema: str, event_time_field: str | None,
         "source": source,
         "logic_version": logic_version,
     }
+    if event_id is not None:  # only when declared: the fingerprints of pipelines without one stay as they were
+        parts["event_id"] = event_id
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
     return digest[:_DIGITS]
 

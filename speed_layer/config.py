@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Protocol
 
 from batch_layer.master.dataset import MasterConfig
+from batch_layer.master.event_ids import EventIdConfig
 
 
-class SpeedConfig(MasterConfig, Protocol):
+class SpeedConfig(MasterConfig, EventIdConfig, Protocol):
     """The speed layer's configuration (see ``deploy.settings.Settings`` for each field's meaning)."""
 
     @property

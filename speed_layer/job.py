@@ -40,6 +40,8 @@ from pyspark.sql import functions as F
 
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterDataset
+from batch_layer.master.delta_log import inserted_rows
+from batch_layer.master.event_ids import EventIdIndex
 from batch_layer.master.object_store import table_uri
 from serving.store.connection import redis_client, store_keys
 from serving.store.session import PipelineStore
@@ -47,6 +49,7 @@ from shared_logic.events import KIND_COLUMN
 from shared_logic.pipeline import Pipeline
 from shared_logic.poison import data_error, isolate, view_rows, without
 from speed_layer import identity
+from speed_layer.dedup import Horizon
 from speed_layer.input import Summary, ends_inside_version, logged_summary, master_changes
 from speed_layer.plan import Plan, Planner
 from speed_layer.segments import (
@@ -60,7 +63,7 @@ from speed_layer.segments import (
     write_increments,
     write_increments_from_driver,
 )
-from speed_layer.source import VERSION_COLUMN, read_changes, source_schema
+from speed_layer.source import VERSION_COLUMN, source_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,6 +90,9 @@ class SpeedLayer:
         self.driver_rows = settings.speed_driver_rows
         self._planner: Planner | None = None
         self._small: SparkSession | None = None
+        field = pipeline.event_id_field
+        self._horizon = None if field is None else Horizon(
+            EventIdIndex(settings.event_ids_uri, self.master, field), pipeline.event_id_horizon)
 
     @property
     def waiting(self) -> str | None:
@@ -143,10 +149,12 @@ class SpeedLayer:
         assert self._planner is not None, "the query's identity comes first (start)"
         plan = self._planner.plan(batch_id, summary, ends_inside=inside is not None)
         bases, on_driver = plan.bases, plan.driver
-        written, poisoned = Written(0, 0.0), 0
+        written, poisoned, duplicates = Written(0, 0.0), 0, 0
         if bases:
             source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
+            if self._horizon is not None:  # duplicates first, as the batch layer does: poison is looked for in the rest
+                events, duplicates = self._horizon.screen(events, summary.first, summary.last)
             written, poisoned = self._apply_screened(events, plan, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         if inside is not None:
@@ -156,17 +164,19 @@ class SpeedLayer:
                      "committed with the rest of the version", batch_id, inside, written.rows)
             self.heartbeat()
             return
-        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds, poisoned)
+        self._mark_processed(bases, summary.last, batch_id, time.monotonic() - started, written.seconds, poisoned,
+                             duplicates)
         log.info("micro-batch %d: through version %d, %d view rows into segments %s%s (%.2fs, of which %.2fs "
                  "writing to Redis)", batch_id, summary.last, written.rows, bases,
                  " from the driver" if on_driver else "", time.monotonic() - started, written.seconds)
 
     def _read_on_driver(self, batch: DataFrame, first: int, end: int) -> DataFrame:
         """The micro-batch's rows read by the driver: versions first..end (both included, as the source's
-        partitions read them) with the source's own function (``speed_layer.source.read_changes``), in the
+        partitions read them) with the source's own function (``delta_log.inserted_rows``), in the
         stream's schema, as a local DataFrame."""
         schema = source_schema(self.master.schema)  # what the source reads (speed_layer.input)
-        table = pa.Table.from_batches(list(read_changes(table_uri(self.master.path), first, end, schema)), schema=schema)
+        table = pa.Table.from_batches(list(inserted_rows(table_uri(self.master.path), first, end, schema,
+                                                      version_column=VERSION_COLUMN)), schema=schema)
         # One partition known as one: the views' aggregations then need no shuffle (one stage, not two).
         return self._small_session().createDataFrame(table, schema=batch.schema).coalesce(1)
 
@@ -246,10 +256,10 @@ class SpeedLayer:
         return write_increments(increments, spec, self.partitions)
 
     def _mark_processed(self, bases: list[int], last: int, batch_id: int, seconds: float, writing: float,
-                        poisoned: int = 0) -> None:
+                        poisoned: int = 0, duplicates: int = 0) -> None:
         """The commit point of the micro-batch: its increments become visible, in every segment at once
         (``serving.store.segment_commits``); then the heartbeat says so, with how long the micro-batch took,
-        how much of it its slowest writer spent writing to Redis, and the poison events it left out."""
+        how much of it its slowest writer spent writing to Redis, and the poison events and duplicates it left out."""
         if not bases:  # nothing of it is in any answer: the speed layer has not processed it for readers
             self.heartbeat()
             return
@@ -257,6 +267,7 @@ class SpeedLayer:
         self.store.health.record_success(  # a success: no longer failing, if it was
             processed=last, batch_id=batch_id, heartbeat_at=time.time(), query=self.query_id,
             last_batch_seconds=round(seconds, 3), last_write_seconds=round(writing, 3), last_batch_poisoned=poisoned,
+            last_batch_duplicates=duplicates,
             state=self.waiting or "running",
         )
 

@@ -16,13 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from batch_layer.master.delta_log import Commit, DeltaLogError, change_feed, newest_version, read_commit
+from batch_layer.master.delta_log import Commit, DeltaLogError, inserted_rows, newest_version, read_commit
 
 VERSION_COLUMN = "_version"
 SOURCE_NAME = "lambda_master"
@@ -156,27 +155,10 @@ class MasterChangesReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _VersionRange)
-        yield from read_changes(self.path, partition.first, partition.last, self.schema)
+        yield from inserted_rows(self.path, partition.first, partition.last, self.schema, version_column=VERSION_COLUMN)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the Delta log is immutable and read on demand."""
-
-
-def read_changes(path: str, first: int, last: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Inserted rows of versions ``first..last`` with ``_version``, cast to ``schema``."""
-    for batch in change_feed(path, first, last):
-        # delta-rs yields string_view / uint64 columns: cast to the declared types before any compute.
-        inserted = pc.equal(batch.column("_change_type").cast(pa.string()), "insert")
-        columns = []
-        for field in schema:
-            source = "_commit_version" if field.name == VERSION_COLUMN else field.name
-            if batch.schema.get_field_index(source) < 0:  # a column added after these rows: null (delta-rs fills it too)
-                columns.append(pa.nulls(batch.num_rows, field.type))
-                continue
-            columns.append(batch.column(source).cast(field.type))
-        rows = pa.RecordBatch.from_arrays(columns, schema=schema).filter(inserted)
-        if rows.num_rows:
-            yield rows
 
 
 def _kind_column() -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
@@ -38,7 +39,7 @@ from batch_layer.master.object_store import (
     table_uri,
 )
 
-__all__ = ["Commit", "DeltaLogError", "LogHead", "LogTrim", "change_feed", "commit_path", "commit_uri",
+__all__ = ["Commit", "DeltaLogError", "LogHead", "LogTrim", "change_feed", "commit_path", "inserted_rows", "commit_uri",
            "newest_version", "open_table", "parse_actions", "read_commit", "trim_log"]
 
 
@@ -184,6 +185,25 @@ def change_feed(table: Location, first: int, last: int) -> Iterator[pa.RecordBat
     commits carry no change data. Needs ``delta.enableChangeDataFeed`` set at creation."""
     stream = open_table(table).load_cdf(starting_version=first, ending_version=last)
     yield from pa.RecordBatchReader.from_stream(stream)
+
+
+def inserted_rows(table: Location, first: int, last: int, schema: pa.Schema, *,
+                  version_column: str) -> Iterator[pa.RecordBatch]:
+    """The rows versions ``first..last`` inserted, cast to ``schema``, whose ``version_column`` is the commit
+    that added each row (a column added to the table after a row's commit is null in it)."""
+    for batch in change_feed(table, first, last):
+        # delta-rs yields string_view / uint64 columns: cast to the declared types before any compute.
+        inserted = pc.equal(batch.column("_change_type").cast(pa.string()), "insert")
+        columns = []
+        for field in schema:
+            source = "_commit_version" if field.name == version_column else field.name
+            if batch.schema.get_field_index(source) < 0:  # a column added after these rows: null (delta-rs fills it too)
+                columns.append(pa.nulls(batch.num_rows, field.type))
+                continue
+            columns.append(batch.column(source).cast(field.type))
+        rows = pa.RecordBatch.from_arrays(columns, schema=schema).filter(inserted)
+        if rows.num_rows:
+            yield rows
 
 
 #: Log files ``trim_log`` may delete: commits (and their ``.crc`` checksums) and classic checkpoints

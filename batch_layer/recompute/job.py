@@ -23,8 +23,10 @@ from batch_layer.errors import StorageError
 from batch_layer.faults import fault_point
 from batch_layer.master.dataset import MasterConfig, MasterDataset
 from batch_layer.master.engines import get_engine
+from batch_layer.master.event_ids import EventIdConfig, EventIdIndex
 from batch_layer.master.object_store import join
 from batch_layer.recompute import poison, publish
+from batch_layer.recompute.dedup import first_occurrences
 from batch_layer.recompute.gold import GoldGeneration, prune_generations, write_generation
 from batch_layer.recompute.stages import StageListener, StageLog, StageRecord
 from serving.store.columns import integral_parts
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RecomputeConfig(MasterConfig, Protocol):
+class RecomputeConfig(MasterConfig, EventIdConfig, Protocol):
     """What a recompute needs besides the master dataset: where gold tables go, Redis load chunking."""
 
     @property
@@ -108,6 +110,12 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         with stages.stage("snapshot") as snapshot:
             events = master.snapshot(spark, generation)
             event_count = snapshot.count = events.count()
+        if pipeline.event_id_field is not None:
+            with stages.stage("dedup") as dedup:
+                index = EventIdIndex(settings.event_ids_uri, master, pipeline.event_id_field)
+                events = first_occurrences(spark, index, pipeline, events, generation).cache()
+                dedup.count = event_count - events.count()
+            log.info("run %s: %d duplicate event(s) left out", run_id, dedup.count)
         screen = poison.Screen(pipeline, events)
         with publish.refusals():
             store.generations.begin(generation, epoch)
@@ -130,6 +138,7 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
                 )
             view_rows[view.name] = gold.rows
 
+        events.unpersist()  # cached only when duplicates were left out of it
         if screen.poison:
             poison.record(settings, pipeline.name, screen.poison, master=str(master.path), generation=generation)
         fault_point("before-flip")

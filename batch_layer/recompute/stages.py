@@ -1,7 +1,7 @@
 """The stages of a batch run, reported as they start and end (terminal, run registry, API).
 
 A run goes through ``barrier`` (the master version it covers), ``snapshot`` (the events at that
-version), then per view ``gold`` (the shared transform and the view's aggregation, run by the
+version), ``dedup`` (only for a pipeline declaring an event id: the duplicates left out), then per view ``gold`` (the shared transform and the view's aggregation, run by the
 Spark job that commits the view's gold table: one stage, since Spark runs them as one job) and
 ``publish`` (the gold rows loaded into Redis beside what is served), and last ``flip`` (the
 served generation switches, atomically). Each stage records what it counted.
@@ -18,10 +18,10 @@ from typing import Literal
 
 log = logging.getLogger(__name__)
 
-StageName = Literal["barrier", "snapshot", "gold", "publish", "flip"]
+StageName = Literal["barrier", "snapshot", "dedup", "gold", "publish", "flip"]
 #: What each stage counts.
 UNITS: dict[StageName, str] = {
-    "barrier": "master version", "snapshot": "events", "gold": "rows", "publish": "rows", "flip": "generation",
+    "barrier": "master version", "snapshot": "events", "dedup": "duplicates", "gold": "rows", "publish": "rows", "flip": "generation",
 }
 
 

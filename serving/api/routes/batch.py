@@ -43,8 +43,9 @@ class RunRequest(BaseModel):
 class StageInfo(BaseModel):
     """One stage of a batch run, in the order it ran."""
 
-    name: Literal["barrier", "snapshot", "gold", "publish", "flip"] = Field(
-        description="barrier: the master version the run covers; snapshot: the events at it; gold: the shared "
+    name: Literal["barrier", "snapshot", "dedup", "gold", "publish", "flip"] = Field(
+        description="barrier: the master version the run covers; snapshot: the events at it; dedup (a pipeline "
+                    "declaring an event id): the duplicates left out; gold: the shared "
                     "transform and one view's aggregation, committed as its gold table; publish: that view's rows "
                     "loaded into Redis beside what is served; flip: the served generation switched (atomically)."
     )
@@ -52,7 +53,7 @@ class StageInfo(BaseModel):
     started_at: datetime = Field(description="When the stage started (UTC).")
     seconds: float | None = Field(default=None, description="How long it took; null while it runs.")
     count: int | None = Field(default=None, description="What it counted, in `unit` (null while it runs).")
-    unit: str = Field(description="What `count` counts: master version, events, rows, generation.")
+    unit: str = Field(description="What `count` counts: master version, events, duplicates, rows, generation.")
 
 
 class BatchRunInfo(BaseModel):

@@ -1,0 +1,147 @@
+"""The speed layer's side of the duplicates rule (``shared_logic.dedup``).
+
+The rule decides a version's occurrences from the occurrences before it, back one horizon. The speed
+layer keeps them in process: each id's newest clock, for the ids seen within the horizon, and how far
+that reaches. It is rebuilt from the event-id index (``batch_layer.master.event_ids``, written by
+batch runs) and the master's change data feed after it, whenever a micro-batch does not start right
+after what it holds: at start, on a replayed micro-batch, after the index was seeded anew. Versions
+the index reaches are read from it, not from the micro-batch: a seeded index takes older versions as
+one, and the batch layer reads them so too.
+
+Memory: about (150 + id length) bytes per id seen within the horizon (a Python dict entry).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from batch_layer.master.delta_log import inserted_rows, read_commit
+from batch_layer.master.event_ids import EventIdIndex, IndexState, clock_of
+from shared_logic.dedup import CLOCK, ID, KEY, ROW_KEY, ROWS, VERSION, candidates, counted, keep, with_key
+from shared_logic.events import KIND_COLUMN
+from speed_layer.errors import SpeedLayerError
+from speed_layer.source import VERSION_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+_OCCURRENCE = pa.schema([pa.field(ID, pa.string()), pa.field(VERSION, pa.int64()), pa.field(CLOCK, pa.int64()),
+                         pa.field(KEY, pa.string())])
+
+
+class EventIdsUnreadableError(SpeedLayerError):
+    """The horizon before a micro-batch cannot be read: the log no longer holds versions the event-id
+    index does not reach yet. The next batch run extends (or seeds) the index; the query is retried."""
+
+
+class Horizon:
+    """What the speed layer remembers of the horizon, and the rule applied to its micro-batches."""
+
+    def __init__(self, index: EventIdIndex, horizon: timedelta) -> None:
+        self.index, self.horizon = index, horizon
+        self._span = int(horizon.total_seconds() * 1_000_000)
+        self._last: dict[str, int] = {}  # id -> clock of its newest occurrence
+        self._through: int | None = None  # versions 0.._through are folded in
+        self._clock = 0  # the clock of version _through
+        self._seed: int | None = None  # the index's seed they were read under
+        self._pruned_at = 0
+
+    def screen(self, events: DataFrame, first: int | None, last: int) -> tuple[DataFrame, int]:
+        """``events`` (with ``_version``) as the views read them, and how many duplicates were left out.
+        ``first`` is the micro-batch's first version when known (else its first holding an occurrence)."""
+        field = self.index.id_field
+        keyed = with_key(events, [c for c in events.columns if c != VERSION_COLUMN])
+        every = candidates(keyed, field, VERSION_COLUMN).toArrow()
+        if every.num_rows == 0:
+            return keyed.drop(ROW_KEY), 0
+        state = self.index.state() or IndexState(through=0, seed=0, clock=0)
+        start = first if first is not None else int(pc.min(every[VERSION]).as_py())
+        self._catch_up(state, start - 1)
+        occurrences = self._with_clocks(every.filter(pc.greater(every[VERSION], state.through)), state, start, last)
+        ids = set(occurrences[ID].to_pylist())
+        priors = pa.table({ID: [i for i in ids if i in self._last], VERSION: [-1] * len(ids & self._last.keys()),
+                           CLOCK: [self._last[i] for i in ids if i in self._last]}).append_column(
+            KEY, pa.nulls(len(ids & self._last.keys()), pa.string())).cast(_OCCURRENCE)
+        spark = events.sparkSession
+        kept = counted(spark.createDataFrame(pa.concat_tables([occurrences, priors])), self.horizon)
+        chosen = kept.where(kept[VERSION] >= 0).collect()
+        self._fold(occurrences, last)
+        dropped = int(pc.sum(every[ROWS]).as_py()) - len(chosen)
+        table = spark.createDataFrame([(r[ID], r[VERSION], r[KEY]) for r in chosen],
+                                      f"{ID} string, {VERSION} long, {KEY} string")
+        return keep(keyed, table, field, by=(VERSION_COLUMN,)), dropped
+
+    def _with_clocks(self, found: pa.Table, state: IndexState, first: int, last: int) -> pa.Table:
+        """The micro-batch's occurrences with their clocks: from the index at versions it reaches (``found``
+        holds the others, from the rows)."""
+        clocks: dict[int, int] = {}
+        clock = self._clock if first > state.through else state.clock
+        for version in range(max(first, state.through + 1), last + 1):
+            commit = read_commit(self.index.master.path, version)
+            if commit is None:
+                raise EventIdsUnreadableError(f"master version {version} is not in the log")
+            clock = clocks[version] = clock_of(commit.timestamp, clock)
+        own = found.select([ID, VERSION, KEY]).append_column(
+            CLOCK, pa.array([clocks[v] for v in found[VERSION].to_pylist()], pa.int64())).select(_OCCURRENCE.names)
+        indexed = self.index.rows(first=first, last=min(last, state.through)).select(_OCCURRENCE.names)
+        return pa.concat_tables([indexed.cast(_OCCURRENCE), own.cast(_OCCURRENCE)])
+
+    def _catch_up(self, state: IndexState, target: int) -> None:
+        """Hold versions up to ``target``: fold in those after what is held, or read all again when what is
+        held is past ``target`` (a replay) or was read under another seed. Versions the index reaches are
+        read from it, later ones from the change data feed."""
+        full = self._through is None or self._seed != state.seed or self._through > target
+        if full:
+            log.info("reading the event-id horizon before master version %d", target + 1)
+            self._last, self._through, self._clock, self._seed = {}, 0, 0, state.seed
+        assert self._through is not None
+        high = min(target, state.through)
+        if self._through < high:
+            clock = self.index.clock_at(high)
+            since = clock - self._span if full else None
+            self._fold(self.index.rows(first=self._through + 1, last=high, since_clock=since), high)
+            self._clock = clock
+        if self._through < target:
+            self._fold(self._changes(self._through + 1, target), target)
+
+    def _changes(self, first: int, last: int) -> pa.Table:
+        """Occurrences of versions ``first..last`` read from the master's change data feed, with clocks."""
+        master = self.index.master
+        schema = master.schema.append(pa.field(VERSION_COLUMN, pa.int64()))
+        clocks, clock = {}, self._clock
+        for version in range(first, last + 1):
+            commit = read_commit(master.path, version)
+            if commit is None:
+                raise EventIdsUnreadableError(f"master version {version} is not in the log and the event-id index "
+                                              "does not reach it yet: the next batch run extends it")
+            clock = clocks[version] = clock_of(commit.timestamp, clock)
+        rows = pa.Table.from_batches(list(inserted_rows(master.path, first, last, schema, version_column=VERSION_COLUMN)),
+                                     schema=schema)
+        rows = rows.filter(pc.and_(pc.equal(rows[KIND_COLUMN], "event"), pc.is_valid(rows[self.index.id_field])))
+        versions = rows[VERSION_COLUMN].to_pylist()
+        table = pa.table({ID: rows[self.index.id_field].cast(pa.string()), VERSION: pa.array(versions, pa.int64()),
+                          CLOCK: pa.array([clocks[v] for v in versions], pa.int64()),
+                          KEY: pa.nulls(len(versions), pa.string())})
+        self._clock = clock if clocks else self._clock
+        return table
+
+    def _fold(self, occurrences: pa.Table, through: int) -> None:
+        """Remember ``occurrences`` (in version order) as each id's newest, through version ``through``."""
+        last = self._last
+        for ident, clock in zip(occurrences[ID].to_pylist(), occurrences[CLOCK].to_pylist()):
+            if ident is not None and clock >= last.get(ident, clock):
+                last[ident] = clock
+        if occurrences.num_rows:
+            self._clock = max(self._clock, int(pc.max(occurrences[CLOCK]).as_py()))
+        self._through = through
+        if self._clock - self._pruned_at > self._span // 8:  # forget ids out of the horizon, now and then
+            floor = self._clock - self._span
+            self._last = {i: c for i, c in last.items() if c >= floor}
+            self._pruned_at = self._clock
