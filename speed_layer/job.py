@@ -270,6 +270,7 @@ class SpeedLayer:
             last_batch_duplicates=duplicates,
             state=self.waiting or "running",
         )
+        self.store.health.count_duplicates(duplicates)
 
 
 #: Runtime SQL settings the driver path's session takes from the application's session: how keys of

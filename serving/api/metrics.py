@@ -9,7 +9,7 @@ so several apps in one process never clash) holding:
 * ``lambda_events_ingested_total``: ``EVENTS_INGESTED``, which the ingest route increments;
 * what other processes leave in Redis, read when Prometheus scrapes (``PlatformCollector``): the
   speed layer's heartbeat hash ``lp:{p}:speed`` (processed version, micro-batch id and duration,
-  heartbeat age), how far answers lag the master dataset (versions and seconds, from the master's
+  heartbeat age, duplicates left out), how far answers lag the master dataset (versions and seconds, from the master's
   Delta log via ``app.state.master_clock``), the served batch generation and its ``computed_at``,
   and batch runs by outcome (counts, newest duration and time) through the app's
   ``serving.store.runs.RunRegistry``. Missing data means missing samples, never a failed scrape;
@@ -195,6 +195,15 @@ class PlatformCollector(Collector):
                          "Of the speed layer's last micro-batch, the seconds its slowest writer spent writing to Redis "
                          "(reading, merging and storing rows; the rest is computing the increments and committing).",
                          _number(speed.get("last_write_seconds")))
+        yield from gauge("lambda_speed_last_batch_duplicates", "Of the speed layer's last micro-batch, the events left "
+                         "out as duplicates of an id seen within the horizon (a pipeline declaring an event id).",
+                         _number(speed.get("last_batch_duplicates")))
+        dropped = _number(speed.get("duplicates_dropped"))
+        if dropped is not None:
+            counter = CounterMetricFamily("lambda_speed_duplicates_dropped", "Events the speed layer left out as "
+                                          "duplicates (a replayed micro-batch counts again).", labels=["pipeline"])
+            counter.add_metric(p, dropped)
+            yield counter
         heartbeat = _number(speed.get("heartbeat_at"))
         yield from gauge("lambda_speed_heartbeat_timestamp_seconds", "When the speed layer last reported (epoch s).",
                          heartbeat)

@@ -146,6 +146,12 @@ class SpeedHealth:
                                             "state": "failed"})
         return count
 
+    def count_duplicates(self, dropped: int) -> None:
+        """Add ``dropped`` to the duplicates left out since the hash was made (a replayed micro-batch's count
+        again: a figure to watch, not an answer)."""
+        if dropped:
+            self.client.hincrby(self.key, "duplicates_dropped", dropped)
+
     def record_success(self, **fields: str | int | float) -> None:
         """Say it succeeded (the failure count back to 0), with ``fields`` (the micro-batch's figures) in the
         same write."""
