@@ -20,8 +20,8 @@ import pytest
 import redis
 from deltalake import DeltaTable
 
-from batch_layer.master.dataset import MasterDataset
 from batch_layer.faults import injected
+from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.event_ids import EventIdIndex
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
