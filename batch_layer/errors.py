@@ -60,3 +60,7 @@ class SchemaChangeError(BatchLayerError):
         super().__init__(
             f"the event model does not fit the master dataset at {table}; nothing was written:\n  {shown}"
         )
+
+
+class EventIdIndexError(StorageError):
+    """The event-id index cannot be brought to the run's barrier without changing answers already served."""

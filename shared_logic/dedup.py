@@ -31,6 +31,8 @@ from pyspark.sql import functions as F
 ID, VERSION, CLOCK, KEY = "event_id", "version", "clock", "key"
 #: A candidate's count of rows (of its id and version), for counting what was left out.
 ROWS = "rows"
+#: The content key's format (``content_key``): part of where the event-id index lives, so a change starts a new one.
+KEY_FORMAT = 1
 #: The content key's column on event rows (event fields never start with ``_``).
 ROW_KEY = "_key"
 _ROW_ID, _PREVIOUS, _COPIES = "_id", "_previous_clock", "_copies"

@@ -14,12 +14,15 @@ Memory: about (150 + id length) bytes per id seen within the horizon (a Python d
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from batch_layer.master.arrow_frames import spark_frame
 from batch_layer.master.delta_log import inserted_rows, read_commit
 from batch_layer.master.event_ids import EventIdIndex, IndexState, clock_of
 from shared_logic.dedup import CLOCK, ID, KEY, ROW_KEY, ROWS, VERSION, candidates, counted, keep, with_key
@@ -32,20 +35,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How long a micro-batch waits in process for the index to reach its base before the query is started again.
+_WAIT_SECONDS = 60.0
 _OCCURRENCE = pa.schema([pa.field(ID, pa.string()), pa.field(VERSION, pa.int64()), pa.field(CLOCK, pa.int64()),
                          pa.field(KEY, pa.string())])
 
 
 class EventIdsUnreadableError(SpeedLayerError):
-    """The horizon before a micro-batch cannot be read: the log no longer holds versions the event-id
-    index does not reach yet. The next batch run extends (or seeds) the index; the query is retried."""
+    """The horizon before a micro-batch cannot be read yet: the event-id index does not reach a version the
+    micro-batch needs from it, or the log no longer holds one it does not reach. The batch run extends (or
+    seeds) the index; the runner starts the query again meanwhile (``speed_layer.runner._TRANSIENT``)."""
 
 
 class Horizon:
-    """What the speed layer remembers of the horizon, and the rule applied to its micro-batches."""
+    """What the speed layer remembers of the horizon, and the rule applied to its micro-batches.
 
-    def __init__(self, index: EventIdIndex, horizon: timedelta) -> None:
-        self.index, self.horizon = index, horizon
+    ``may_seed`` says whether a batch run may still seed the index (no generation of this logic is served:
+    ``EventIdIndex.extend``)."""
+
+    def __init__(self, index: EventIdIndex, horizon: timedelta, may_seed: Callable[[], bool]) -> None:
+        self.index, self.horizon, self._may_seed = index, horizon, may_seed
         self._span = int(horizon.total_seconds() * 1_000_000)
         self._last: dict[str, int] = {}  # id -> clock of its newest occurrence
         self._through: int | None = None  # versions 0.._through are folded in
@@ -53,34 +62,57 @@ class Horizon:
         self._seed: int | None = None  # the index's seed they were read under
         self._pruned_at = 0
 
-    def screen(self, events: DataFrame, first: int | None, last: int) -> tuple[DataFrame, int]:
+    def screen(self, events: DataFrame, first: int | None, last: int, *, base: int,
+               wait: Callable[[str], None]) -> tuple[DataFrame, int]:
         """``events`` (with ``_version``) as the views read them, and how many duplicates were left out.
-        ``first`` is the micro-batch's first version when known (else its first holding an occurrence)."""
+        ``first`` is the micro-batch's first version when known (else its first holding an occurrence);
+        ``base`` the lowest segment base it writes; ``wait`` is called while the index is not ready (see
+        :meth:`_ready`)."""
         field = self.index.id_field
         keyed = with_key(events, [c for c in events.columns if c != VERSION_COLUMN])
         every = candidates(keyed, field, VERSION_COLUMN).toArrow()
         if every.num_rows == 0:
             return keyed.drop(ROW_KEY), 0
-        state = self.index.state() or IndexState(through=0, seed=0, clock=0)
+        state = self._ready(base, wait)
         start = first if first is not None else int(pc.min(every[VERSION]).as_py())
         self._catch_up(state, start - 1)
-        occurrences = self._with_clocks(every.filter(pc.greater(every[VERSION], state.through)), state, start, last)
-        ids = set(occurrences[ID].to_pylist())
-        priors = pa.table({ID: [i for i in ids if i in self._last], VERSION: [-1] * len(ids & self._last.keys()),
-                           CLOCK: [self._last[i] for i in ids if i in self._last]}).append_column(
-            KEY, pa.nulls(len(ids & self._last.keys()), pa.string())).cast(_OCCURRENCE)
+        occurrences, clock = self._with_clocks(every.filter(pc.greater(every[VERSION], state.through)), state, start,
+                                               last)
+        ids = [i for i in set(occurrences[ID].to_pylist()) if i in self._last]
+        priors = pa.table({ID: pa.array(ids, pa.string()), VERSION: pa.array([-1] * len(ids), pa.int64()),
+                           CLOCK: pa.array([self._last[i] for i in ids], pa.int64()),
+                           KEY: pa.nulls(len(ids), pa.string())}, schema=_OCCURRENCE)
         spark = events.sparkSession
-        kept = counted(spark.createDataFrame(pa.concat_tables([occurrences, priors])), self.horizon)
+        kept = counted(spark_frame(spark, pa.concat_tables([occurrences, priors])), self.horizon)
         chosen = kept.where(kept[VERSION] >= 0).collect()
         self._fold(occurrences, last)
+        self._clock = max(self._clock, clock)
         dropped = int(pc.sum(every[ROWS]).as_py()) - len(chosen)
         table = spark.createDataFrame([(r[ID], r[VERSION], r[KEY]) for r in chosen],
                                       f"{ID} string, {VERSION} long, {KEY} string")
         return keep(keyed, table, field, by=(VERSION_COLUMN,)), dropped
 
-    def _with_clocks(self, found: pa.Table, state: IndexState, first: int, last: int) -> pa.Table:
-        """The micro-batch's occurrences with their clocks: from the index at versions it reaches (``found``
-        holds the others, from the rows)."""
+    def _ready(self, base: int, wait: Callable[[str], None]) -> IndexState:
+        """The index's state once it reaches ``base``, or once it exists when ``seeded`` is not a concern.
+
+        A batch run may seed the index at its barrier (``event_ids``); the versions at or below a segment's base
+        must be decided as that run's index says, so they are read from it, never from the change data feed
+        before it: the speed layer waits for the run whose barrier is ``base`` (``_WAIT_SECONDS`` in process, then
+        EventIdsUnreadableError, and the query is started again). A run of a logic already served never seeds."""
+        deadline = time.monotonic() + _WAIT_SECONDS
+        while True:
+            state = self.index.state()
+            if state is not None and (state.through >= base or not self._may_seed()):
+                return state
+            reason = (f"waiting for the event-id index at {self.index.path} to reach master version {base}: the batch "
+                      "run whose barrier it is builds it")
+            if time.monotonic() > deadline:
+                raise EventIdsUnreadableError(reason)
+            wait(reason)
+
+    def _with_clocks(self, found: pa.Table, state: IndexState, first: int, last: int) -> tuple[pa.Table, int]:
+        """The micro-batch's occurrences with their clocks (from the index at versions it reaches; ``found`` holds
+        the others, from the rows), and the clock of version ``last``."""
         clocks: dict[int, int] = {}
         clock = self._clock if first > state.through else state.clock
         for version in range(max(first, state.through + 1), last + 1):
@@ -90,8 +122,12 @@ class Horizon:
             clock = clocks[version] = clock_of(commit.timestamp, clock)
         own = found.select([ID, VERSION, KEY]).append_column(
             CLOCK, pa.array([clocks[v] for v in found[VERSION].to_pylist()], pa.int64())).select(_OCCURRENCE.names)
+        if first > state.through:
+            return own.cast(_OCCURRENCE), clock
         indexed = self.index.rows(first=first, last=min(last, state.through)).select(_OCCURRENCE.names)
-        return pa.concat_tables([indexed.cast(_OCCURRENCE), own.cast(_OCCURRENCE)])
+        if last <= state.through:
+            clock = self.index.clock_at(last)
+        return pa.concat_tables([indexed.cast(_OCCURRENCE), own.cast(_OCCURRENCE)]), clock
 
     def _catch_up(self, state: IndexState, target: int) -> None:
         """Hold versions up to ``target``: fold in those after what is held, or read all again when what is

@@ -39,6 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from batch_layer.faults import fault_point
+from batch_layer.master.arrow_frames import spark_frame
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.delta_log import inserted_rows
 from batch_layer.master.event_ids import EventIdIndex
@@ -92,7 +93,7 @@ class SpeedLayer:
         self._small: SparkSession | None = None
         field = pipeline.event_id_field
         self._horizon = None if field is None else Horizon(
-            EventIdIndex(settings.event_ids_uri, self.master, field), pipeline.event_id_horizon)
+            EventIdIndex(settings.event_ids_uri, self.master, field), pipeline.event_id_horizon, self._unsettled)
 
     @property
     def waiting(self) -> str | None:
@@ -154,7 +155,8 @@ class SpeedLayer:
             source = self._read_on_driver(batch, *on_driver) if on_driver else batch
             events = source.where(F.col(KIND_COLUMN) == "event").drop(KIND_COLUMN)
             if self._horizon is not None:  # duplicates first, as the batch layer does: poison is looked for in the rest
-                events, duplicates = self._horizon.screen(events, summary.first, summary.last)
+                events, duplicates = self._horizon.screen(events, summary.first, summary.last, base=min(bases),
+                                                          wait=self._wait)
             written, poisoned = self._apply_screened(events, plan, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         if inside is not None:
@@ -170,6 +172,16 @@ class SpeedLayer:
                  "writing to Redis)", batch_id, summary.last, written.rows, bases,
                  " from the driver" if on_driver else "", time.monotonic() - started, written.seconds)
 
+    def _unsettled(self) -> bool:
+        """Whether a batch run may still seed the event-id index: no generation of this logic is served."""
+        served = self.store.served_generation()
+        return served is None or self.store.generation_logic(served) != self.pipeline.logic
+
+    def _wait(self, reason: str) -> None:
+        """Wait a second for what ``reason`` says, heartbeating it."""
+        self.heartbeat(reason)
+        time.sleep(1.0)
+
     def _read_on_driver(self, batch: DataFrame, first: int, end: int) -> DataFrame:
         """The micro-batch's rows read by the driver: versions first..end (both included, as the source's
         partitions read them) with the source's own function (``delta_log.inserted_rows``), in the
@@ -178,7 +190,7 @@ class SpeedLayer:
         table = pa.Table.from_batches(list(inserted_rows(table_uri(self.master.path), first, end, schema,
                                                       version_column=VERSION_COLUMN)), schema=schema)
         # One partition known as one: the views' aggregations then need no shuffle (one stage, not two).
-        return self._small_session().createDataFrame(table, schema=batch.schema).coalesce(1)
+        return spark_frame(self._small_session(), table, batch.schema).coalesce(1)
 
     def _small_session(self) -> SparkSession:
         """A session of the same Spark application for micro-batches read on the driver: one shuffle

@@ -41,12 +41,13 @@ log = logging.getLogger(__name__)
 #: Query failures worth a restart of the query alone (matched in the error's text: errors of Spark's
 #: executors and of the JVM reach the driver as text only): Redis gone for a moment (the supervisor restarts
 #: it), a Redis Cluster failing over (a commit no replica acknowledged is replayed, not counted: see
-#: ``serving.store.segment_commits``), or a Python worker slower to start than Spark waits for (10 s, fixed)
-#: on a busy machine.
+#: ``serving.store.segment_commits``), a Python worker slower to start than Spark waits for (10 s, fixed)
+#: on a busy machine, or an event-id index a batch run has not brought to the micro-batch's base yet.
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
               "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError", "redis.exceptions.ClusterDownError",
               "redis.exceptions.TryAgainError", "redis.exceptions.RedisClusterException",
-              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError")
+              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError",
+              "speed_layer.dedup.EventIdsUnreadableError")
 #: How long the speed layer keeps trying to (re)start while Redis does not answer, before it gives up.
 _REDIS_AWAY_SECONDS = 120.0
 

@@ -43,6 +43,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from batch_layer.errors import StorageError
+from batch_layer.master.arrow_frames import spark_frame
 from batch_layer.master.delta_log import open_table
 from batch_layer.master.delta_rs import DeltaRsEngine
 from batch_layer.master.object_store import Location, is_object_store, spark_uri
@@ -170,7 +171,7 @@ class DeltaSparkEngine:
                                    app_transactions=app_transactions)
         table = data.read_all() if isinstance(data, pa.RecordBatchReader) else data
         session = spark.newSession()
-        writer = session.createDataFrame(table).coalesce(1).write.format("delta").mode("append")
+        writer = spark_frame(session, table).coalesce(1).write.format("delta").mode("append")
         if app_id is not None and app_version is not None:
             writer = writer.option("txnAppId", app_id).option("txnVersion", str(app_version))
         if metadata:

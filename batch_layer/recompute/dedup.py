@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 
 
 def first_occurrences(spark: SparkSession, index: EventIdIndex, pipeline: Pipeline, events: DataFrame,
-                      generation: int) -> DataFrame:
-    """The events of the snapshot at ``generation`` that count: duplicates within the horizon left out."""
+                      generation: int, *, served_logic: str | None) -> DataFrame:
+    """The events of the snapshot at ``generation`` that count: duplicates within the horizon left out.
+    ``served_logic``: the logic of the generation served now; the index may be seeded only under another."""
     assert pipeline.event_id_field is not None, "only for a pipeline declaring an event id"
-    index.extend(spark, generation)
+    index.extend(spark, generation, may_seed=served_logic != pipeline.logic)
     kept = counted(index.read(spark, generation), pipeline.event_id_horizon)
     return keep(with_key(events, list(events.columns)), kept, pipeline.event_id_field)

@@ -113,7 +113,9 @@ def run_batch(spark: SparkSession, settings: RecomputeConfig, pipeline: Pipeline
         if pipeline.event_id_field is not None:
             with stages.stage("dedup") as dedup:
                 index = EventIdIndex(settings.event_ids_uri, master, pipeline.event_id_field)
-                events = first_occurrences(spark, index, pipeline, events, generation).cache()
+                served = store.served_generation()
+                served_logic = store.generation_logic(served) if served is not None else None
+                events = first_occurrences(spark, index, pipeline, events, generation, served_logic=served_logic).cache()
                 dedup.count = event_count - events.count()
             log.info("run %s: %d duplicate event(s) left out", run_id, dedup.count)
         screen = poison.Screen(pipeline, events)

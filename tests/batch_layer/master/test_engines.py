@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -239,3 +240,16 @@ def test_compaction_by_jvm_delta_changes_no_row(spark, make_settings, tmp_path: 
     expected = _keys(itertools.chain(*batches))
     assert _keys(DeltaTable(str(master.path)).to_pyarrow_table().to_pylist()) == expected
     assert _keys(master.snapshot(spark, compacted).collect()) == expected
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_an_append_whose_first_batches_are_empty_keeps_every_row(spark, tmp_path: Path, engine: str) -> None:
+    """A stream of validated chunks can start with empty ones (a file whose first chunks are all bad lines,
+    kept as dead letters); PySpark 4.2 converts such a table to no rows at all (``arrow_frames``)."""
+    master = _master(tmp_path / "master", engine)
+    master.ensure()
+    events = PIPELINE.schema.validate(_events("late", 3))
+    batches = [pa.RecordBatch.from_pylist([], schema=events.schema)] * 2 + events.to_batches()
+    version = master.append(pa.Table.from_batches(batches, schema=events.schema))
+    rows = DeltaTable(str(tmp_path / "master"), version=version).to_pyarrow_table().to_pylist()
+    assert sorted(r["merchant"] for r in rows if r["_kind"] == "event") == sorted(e["merchant"] for e in _events("late", 3))
