@@ -3,6 +3,7 @@
     python benchmarks/soak.py --duration 3600 --rate 50            # one hour at 50 events/s
     python benchmarks/soak.py --duration 600 --source /tmp/old     # the same against another checkout
     python benchmarks/soak.py --duration 300 --restarts 3          # then kill the speed layer 3 times
+    python benchmarks/soak.py --duration 1800 --rate 100 --kafka   # events through the embedded Kafka broker
 
 Starts `lambda-platform up` (wordcount, demo traffic at --rate, the `up` batch schedule) on a
 temporary data dir and a free port, with the code of --source first on PYTHONPATH. Every
@@ -12,6 +13,10 @@ pages), the master version and the speed layer's lag. At the end: the samples, a
 first, highest, last and the least-squares slope over the last half (MB per 10 minutes);
 "levelled off" when that slope is under 2% of the last value (or 8 MB). --histogram / --nmt:
 each JVM's top heap classes / native memory summary at the end.
+
+--kafka: `up --no-generate` with the README's Kafka settings (the embedded broker, topic `words`) and
+this script producing sample events into the topic at --rate (an idempotent producer); the Kafka
+ingest (`kafka-ingest`) and the broker (`broker`) are sampled as parts too, with the ingest's lag.
 
 --restarts N: kill -9 (or --restart-signal TERM) the speed layer N times and time, from the signal,
 its exit, its successor's start, JVM, query start and first micro-batch (from its log), and fresh
@@ -24,12 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import free_port
 
 _ROOT = Path(__file__).resolve().parents[1]
-_PARTS = {"serve": "api", "speed": "speed", "schedule": "scheduler", "generate": "generator", "redis": "redis"}
+_PARTS = {"serve": "api", "speed": "speed", "schedule": "scheduler", "generate": "generator", "redis": "redis",
+          "ingest": "kafka-ingest", "broker": "broker"}
+_TOPIC = "words"
+_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "lambda", "kappa", "speed", "batch",
+          "serving", "view", "window", "session", "merge", "exact", "version", "barrier")
 MB = 1024 * 1024
 
 
@@ -135,14 +146,18 @@ def sample(up: psutil.Process) -> dict[str, float | None]:
 class Platform:
     """`lambda-platform up` in a data dir, reached over HTTP."""
 
-    def __init__(self, source: Path, data_dir: Path, rate: float, nmt: bool) -> None:
-        self.data_dir, self.port = data_dir, free_port()
+    def __init__(self, source: Path, data_dir: Path, rate: float, nmt: bool, kafka_port: int | None = None) -> None:
+        self.data_dir, self.port, self.kafka_port = data_dir, free_port(), kafka_port
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
         env.update(PYTHONPATH=str(source), LAMBDA_HTTP_PORT=str(self.port), LAMBDA_GENERATE_RATE=str(rate))
+        if kafka_port is not None:  # the README's Kafka section's settings
+            env.update(LAMBDA_KAFKA_BOOTSTRAP_SERVERS="embedded", LAMBDA_KAFKA_TOPICS=_TOPIC,
+                       LAMBDA_KAFKA_EMBEDDED_PORT=str(kafka_port))
         if nmt:
             env["JAVA_TOOL_OPTIONS"] = "-XX:NativeMemoryTracking=summary"
         self.log = (data_dir / "up.out").open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "--data-dir", str(data_dir), "up"],
+        command = [sys.executable, "-m", "deploy.cli", "--data-dir", str(data_dir), "up"]
+        self.proc = subprocess.Popen(command + (["--no-generate"] if kafka_port is not None else []),
                                      cwd=source, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.up = psutil.Process(self.proc.pid)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
@@ -233,6 +248,18 @@ def _accepted(data_dir: Path) -> int:
     return int(counts[-1]) if counts else 0
 
 
+def _kafka_status(platform: Platform) -> dict[str, float]:
+    """The Kafka ingest's records appended and its lag over all partitions, from the API's /metrics."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{platform.port}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    appended = re.findall(r'^lambda_kafka_ingest_records_total\{[^}]*outcome="appended"[^}]*\} (\S+)', text, re.M)
+    lags = re.findall(r"^lambda_kafka_ingest_lag_records\{[^}]*\} (\S+)", text, re.M)
+    found = {"kafka_appended": float(appended[0])} if appended else {}
+    return {**found, "kafka_lag": sum(float(v) for v in lags)} if lags else found
+
+
 def _slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, MB), as MB per 10 minutes."""
     n = len(points)
@@ -279,23 +306,59 @@ def _jvm_reports(platform: Platform, histogram: bool, nmt: bool) -> None:
             print("\n".join(lines[:22] if command[0] == "GC.class_histogram" else lines[:60]))
 
 
+class _Feeder(threading.Thread):
+    """Sample wordcount events into the embedded broker's topic at ``rate`` per second (idempotent producer)."""
+
+    def __init__(self, port: int, rate: float) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
+                                  "linger.ms": 20})
+        self.rate, self.sent, self.stop = rate, 0, threading.Event()
+
+    def run(self) -> None:
+        rng, started = random.Random(7), time.monotonic()
+        while not self.stop.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            for _ in range(due - self.sent):
+                text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 6)))
+                self.producer.produce(_TOPIC, json.dumps({"text": text}).encode())
+                self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.05)
+        self.producer.flush(30)
+
+
 def _soak(platform: Platform, args: argparse.Namespace, results: dict) -> list[tuple[float, dict]]:
     """Wait until the platform serves, then sample for ``args.duration`` seconds."""
     t_ready, samples = time.monotonic(), []
     platform.wait_ready()
     print(f"ready after {time.monotonic() - t_ready:.0f}s", flush=True)
+    feeder = _Feeder(platform.kafka_port, args.rate) if platform.kafka_port is not None else None
+    if feeder is not None:
+        feeder.start()
     t0, accepted0 = time.monotonic(), _accepted(platform.data_dir)
     while time.monotonic() - t0 < args.duration:
         row = sample(platform.up)
         views = platform.views() or {}
         row["master_version"], row["lag_versions"] = views.get("latest_version"), views.get("lag_versions")
         row["spark_tmp_disk"] = _disk(platform.data_dir / "spark-tmp")
+        if feeder is not None:
+            row.update(_kafka_status(platform))
         samples.append((time.monotonic() - t0, row))
         print(f"{(time.monotonic() - t0) / 60:5.1f} min  " + "  ".join(
             f"{k} {v:.0f}" for k, v in sorted(row.items()) if v is not None), flush=True)
         time.sleep(max(0.0, args.interval - (time.monotonic() - t0) % args.interval))
-    results["achieved_rate"] = (_accepted(platform.data_dir) - accepted0) / (time.monotonic() - t0)
-    print(f"demo traffic acknowledged {results['achieved_rate']:.1f} events/s on average (asked for {args.rate:g})")
+    if feeder is not None:
+        feeder.stop.set()
+        feeder.join(60)
+        results["achieved_rate"] = feeder.sent / (time.monotonic() - t0)
+        print(f"produced {feeder.sent} records into {_TOPIC}: {results['achieved_rate']:.1f}/s (asked for {args.rate:g}); "
+              f"the ingest appended {_kafka_status(platform).get('kafka_appended')}")
+    else:
+        results["achieved_rate"] = (_accepted(platform.data_dir) - accepted0) / (time.monotonic() - t0)
+        print(f"demo traffic acknowledged {results['achieved_rate']:.1f} events/s on average (asked for {args.rate:g})")
     _jvm_reports(platform, args.histogram, args.nmt)
     return samples
 
@@ -313,6 +376,7 @@ def main() -> None:
     parser.add_argument("--histogram", action="store_true", help="print each JVM's top heap classes at the end")
     parser.add_argument("--nmt", action="store_true", help="JVMs with native memory tracking; print summaries")
     parser.add_argument("--json", type=Path, help="also write the samples and timings to this file")
+    parser.add_argument("--kafka", action="store_true", help="events through the embedded Kafka broker (see above)")
     args = parser.parse_args()
 
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="soak-"))
@@ -321,7 +385,7 @@ def main() -> None:
                             text=True).stdout.strip()
     print(f"soak: {args.duration:.0f}s at {args.rate:g} events/s, code {args.source} ({commit or 'not a git checkout'}),"
           f" data {data_dir}", flush=True)
-    platform = Platform(args.source.resolve(), data_dir, args.rate, args.nmt)
+    platform = Platform(args.source.resolve(), data_dir, args.rate, args.nmt, free_port() if args.kafka else None)
     samples: list[tuple[float, dict]] = []
     results: dict[str, object] = {"rate": args.rate, "source": str(args.source), "commit": commit}
     try:
