@@ -20,6 +20,8 @@ from batch_layer.master.event_ids import EventIdIndex, clock_of
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 
+pytestmark = pytest.mark.slow  # over 10 s each: the end-to-end tier
+
 PIPELINE = "tests.support.dedup_pipeline"
 COMMITS = [[("p1", "ann"), ("p1", "ann"), ("p2", "bob")], [("p2", "bob")], [], [("p3", "cy"), ("p1", "ann")]]
 

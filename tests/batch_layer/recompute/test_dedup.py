@@ -24,6 +24,8 @@ from shared_logic.registry import load_pipeline
 from tests.support import ingest_file
 from tests.support.dedup_pipeline import VIEW, oracle
 
+pytestmark = pytest.mark.slow  # over 10 s each: the end-to-end tier
+
 PIPELINE = "tests.support.dedup_pipeline"
 _KAFKA = pa.schema([("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
                     ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC"))])
