@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from batch_layer.master.arrow_frames import spark_frame
 from batch_layer.master.delta_log import inserted_rows, read_commit
-from batch_layer.master.event_ids import EventIdIndex, IndexState, clock_of
+from batch_layer.master.event_ids import FEED_CHUNK_ROWS, EventIdIndex, IndexState, clock_of
 from shared_logic.dedup import CLOCK, ID, KEY, ROW_KEY, ROWS, VERSION, candidates, counted, keep, with_key
 from shared_logic.events import KIND_COLUMN
 from speed_layer.errors import SpeedLayerError
@@ -44,7 +44,8 @@ _OCCURRENCE = pa.schema([pa.field(ID, pa.string()), pa.field(VERSION, pa.int64()
 class EventIdsUnreadableError(SpeedLayerError):
     """The horizon before a micro-batch cannot be read yet: the event-id index does not reach a version the
     micro-batch needs from it, or the log no longer holds one it does not reach. The batch run extends (or
-    seeds) the index; the runner starts the query again meanwhile (``speed_layer.runner._TRANSIENT``)."""
+    seeds) the index; the runner starts the query again meanwhile, as a wait, not a failure
+    (``speed_layer.runner._WAITING``)."""
 
 
 class Horizon:
@@ -74,9 +75,11 @@ class Horizon:
         if every.num_rows == 0:
             return keyed.drop(ROW_KEY), 0
         state = self._ready(base, wait)
-        start = first if first is not None else int(pc.min(every[VERSION]).as_py())
+        # Rows at or below the lowest base reach no segment: those versions are only remembered, not decided.
+        start = max(first if first is not None else int(pc.min(every[VERSION]).as_py()), base + 1)
         self._catch_up(state, start - 1)
-        occurrences, clock = self._with_clocks(every.filter(pc.greater(every[VERSION], state.through)), state, start,
+        mine = every.filter(pc.greater_equal(every[VERSION], start))
+        occurrences, clock = self._with_clocks(mine.filter(pc.greater(mine[VERSION], state.through)), state, start,
                                                last)
         ids = [i for i in set(occurrences[ID].to_pylist()) if i in self._last]
         priors = pa.table({ID: pa.array(ids, pa.string()), VERSION: pa.array([-1] * len(ids), pa.int64()),
@@ -84,13 +87,11 @@ class Horizon:
                            KEY: pa.nulls(len(ids), pa.string())}, schema=_OCCURRENCE)
         spark = events.sparkSession
         kept = counted(spark_frame(spark, pa.concat_tables([occurrences, priors])), self.horizon)
-        chosen = kept.where(kept[VERSION] >= 0).collect()
-        self._fold(occurrences, last)
+        chosen = kept.where(kept[VERSION] >= 0).select(ID, VERSION, KEY).toArrow()
+        self._fold(occurrences, max(last, start - 1))
         self._clock = max(self._clock, clock)
-        dropped = int(pc.sum(every[ROWS]).as_py()) - len(chosen)
-        table = spark.createDataFrame([(r[ID], r[VERSION], r[KEY]) for r in chosen],
-                                      f"{ID} string, {VERSION} long, {KEY} string")
-        return keep(keyed, table, field, by=(VERSION_COLUMN,)), dropped
+        dropped = max(0, int(pc.sum(mine[ROWS]).as_py() or 0) - chosen.num_rows)
+        return keep(keyed, spark_frame(spark, chosen), field, by=(VERSION_COLUMN,)), dropped
 
     def _ready(self, base: int, wait: Callable[[str], None]) -> IndexState:
         """The index's state once it reaches ``base``, or once it exists when ``seeded`` is not a concern.
@@ -105,7 +106,7 @@ class Horizon:
             if state is not None and (state.through >= base or not self._may_seed()):
                 return state
             reason = (f"waiting for the event-id index at {self.index.path} to reach master version {base}: the batch "
-                      "run whose barrier it is builds it")
+                      "run whose barrier it is builds it (if runs fail with EventIdIndexError, follow its remedy)")
             if time.monotonic() > deadline:
                 raise EventIdsUnreadableError(reason)
             wait(reason)
@@ -145,28 +146,32 @@ class Horizon:
             self._fold(self.index.rows(first=self._through + 1, last=high, since_clock=since), high)
             self._clock = clock
         if self._through < target:
-            self._fold(self._changes(self._through + 1, target), target)
+            self._changes(self._through + 1, target)
 
-    def _changes(self, first: int, last: int) -> pa.Table:
-        """Occurrences of versions ``first..last`` read from the master's change data feed, with clocks."""
-        master = self.index.master
-        schema = master.schema.append(pa.field(VERSION_COLUMN, pa.int64()))
-        clocks, clock = {}, self._clock
+    def _changes(self, first: int, last: int) -> None:
+        """Fold in versions ``first..last`` from the master's change data feed (the id and kind columns only), in
+        runs of versions adding about ``FEED_CHUNK_ROWS`` rows."""
+        master, field = self.index.master, self.index.id_field
+        schema = pa.schema([master.schema.field(KIND_COLUMN), master.schema.field(field),
+                            pa.field(VERSION_COLUMN, pa.int64())])
+        clocks: dict[int, int] = {}
+        clock, rows, low = self._clock, 0, first
         for version in range(first, last + 1):
             commit = read_commit(master.path, version)
             if commit is None:
                 raise EventIdsUnreadableError(f"master version {version} is not in the log and the event-id index "
                                               "does not reach it yet: the next batch run extends it")
             clock = clocks[version] = clock_of(commit.timestamp, clock)
-        rows = pa.Table.from_batches(list(inserted_rows(master.path, first, last, schema, version_column=VERSION_COLUMN)),
-                                     schema=schema)
-        rows = rows.filter(pc.and_(pc.equal(rows[KIND_COLUMN], "event"), pc.is_valid(rows[self.index.id_field])))
-        versions = rows[VERSION_COLUMN].to_pylist()
-        table = pa.table({ID: rows[self.index.id_field].cast(pa.string()), VERSION: pa.array(versions, pa.int64()),
-                          CLOCK: pa.array([clocks[v] for v in versions], pa.int64()),
-                          KEY: pa.nulls(len(versions), pa.string())})
-        self._clock = clock if clocks else self._clock
-        return table
+            rows += commit.rows_added
+            if rows >= FEED_CHUNK_ROWS or version == last:
+                read = pa.Table.from_batches(list(inserted_rows(master.path, low, version, schema, version_column=VERSION_COLUMN,
+                                                                project=True)), schema=schema)
+                read = read.filter(pc.and_(pc.equal(read[KIND_COLUMN], "event"), pc.is_valid(read[field])))
+                versions = read[VERSION_COLUMN].to_pylist()
+                self._fold(pa.table({ID: read[field].cast(pa.string()), VERSION: pa.array(versions, pa.int64()),
+                                     CLOCK: pa.array([clocks[v] for v in versions], pa.int64())}), version)
+                self._clock = max(self._clock, clock)
+                rows, low = 0, version + 1
 
     def _fold(self, occurrences: pa.Table, through: int) -> None:
         """Remember ``occurrences`` (in version order) as each id's newest, through version ``through``."""

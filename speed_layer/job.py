@@ -91,6 +91,7 @@ class SpeedLayer:
         self.driver_rows = settings.speed_driver_rows
         self._planner: Planner | None = None
         self._small: SparkSession | None = None
+        self._index_wait: str | None = None  # what a micro-batch waits for, while it waits for the event-id index
         field = pipeline.event_id_field
         self._horizon = None if field is None else Horizon(
             EventIdIndex(settings.event_ids_uri, self.master, field), pipeline.event_id_horizon, self._unsettled)
@@ -136,7 +137,7 @@ class SpeedLayer:
     def heartbeat(self, state: str | None = None) -> None:
         """Say the speed layer is alive (also when no new versions arrive), what it is doing (``state``, else
         what it waits for, else running), and where its Spark UI is ('' if off)."""
-        state = state or self.waiting or "running"
+        state = state or self._index_wait or self.waiting or "running"
         self.store.health.beat(query=self.query_id, state=state, ui_url=self.spark.sparkContext.uiWebUrl or "")
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
@@ -157,6 +158,7 @@ class SpeedLayer:
             if self._horizon is not None:  # duplicates first, as the batch layer does: poison is looked for in the rest
                 events, duplicates = self._horizon.screen(events, summary.first, summary.last, base=min(bases),
                                                           wait=self._wait)
+                self._index_wait = None
             written, poisoned = self._apply_screened(events, plan, batch_id)
         fault_point("speed-after-write")  # increments applied, offsets not yet committed: a replay follows
         if inside is not None:
@@ -178,8 +180,9 @@ class SpeedLayer:
         return served is None or self.store.generation_logic(served) != self.pipeline.logic
 
     def _wait(self, reason: str) -> None:
-        """Wait a second for what ``reason`` says, heartbeating it."""
-        self.heartbeat(reason)
+        """Wait a second for what ``reason`` says, heartbeating it (until the next micro-batch's end)."""
+        self._index_wait = reason
+        self.heartbeat()
         time.sleep(1.0)
 
     def _read_on_driver(self, batch: DataFrame, first: int, end: int) -> DataFrame:

@@ -41,13 +41,15 @@ log = logging.getLogger(__name__)
 #: Query failures worth a restart of the query alone (matched in the error's text: errors of Spark's
 #: executors and of the JVM reach the driver as text only): Redis gone for a moment (the supervisor restarts
 #: it), a Redis Cluster failing over (a commit no replica acknowledged is replayed, not counted: see
-#: ``serving.store.segment_commits``), a Python worker slower to start than Spark waits for (10 s, fixed)
-#: on a busy machine, or an event-id index a batch run has not brought to the micro-batch's base yet.
+#: ``serving.store.segment_commits``), or a Python worker slower to start than Spark waits for (10 s, fixed)
+#: on a busy machine.
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
               "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError", "redis.exceptions.ClusterDownError",
               "redis.exceptions.TryAgainError", "redis.exceptions.RedisClusterException",
-              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError",
-              "speed_layer.dedup.EventIdsUnreadableError")
+              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError")
+#: A micro-batch that waited its while for the batch run bringing the event-id index to its base: no failure, the
+#: query starts again and waits on (its heartbeat says for what).
+_WAITING = "speed_layer.dedup.EventIdsUnreadableError"
 #: How long the speed layer keeps trying to (re)start while Redis does not answer, before it gives up.
 _REDIS_AWAY_SECONDS = 120.0
 
@@ -262,6 +264,10 @@ def _run(spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, redis_u
         error = query.exception()
         if error is not None and _epoch_lost(layer):  # the executors raised EpochChangedError; ask Redis
             log.warning("Redis lost its data under the speed layer; rebuilding segments from the served generation")
+            continue
+        if error is not None and _WAITING in str(error):
+            log.info("the speed layer's query waits for the event-id index; starting it again in 2 s")
+            stop.wait(2.0)
             continue
         if error is not None and any(transient in str(error) for transient in _TRANSIENT):
             # Restart the query in this process: a new process would pay for a JVM and a session again.

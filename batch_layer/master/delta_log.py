@@ -178,20 +178,22 @@ class LogHead:
         return self._handle.version()
 
 
-def change_feed(table: Location, first: int, last: int) -> Iterator[pa.RecordBatch]:
+def change_feed(table: Location, first: int, last: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     """The change data feed of versions ``first..last`` (both inclusive), as delta-rs gives it:
     the table's columns plus ``_change_type``, ``_commit_version``, ``_commit_timestamp``, in log
     order (types as delta-rs yields them, e.g. string_view; cast before compute). Compaction
     commits carry no change data. Needs ``delta.enableChangeDataFeed`` set at creation."""
-    stream = open_table(table).load_cdf(starting_version=first, ending_version=last)
+    stream = open_table(table).load_cdf(starting_version=first, ending_version=last, columns=columns)
     yield from pa.RecordBatchReader.from_stream(stream)
 
 
-def inserted_rows(table: Location, first: int, last: int, schema: pa.Schema, *,
-                  version_column: str) -> Iterator[pa.RecordBatch]:
+def inserted_rows(table: Location, first: int, last: int, schema: pa.Schema, *, version_column: str,
+                  project: bool = False) -> Iterator[pa.RecordBatch]:
     """The rows versions ``first..last`` inserted, cast to ``schema``, whose ``version_column`` is the commit
-    that added each row (a column added to the table after a row's commit is null in it)."""
-    for batch in change_feed(table, first, last):
+    that added each row (a column added to the table after a row's commit is null in it). ``project``: read
+    ``schema``'s columns only (the table's others are not read at all)."""
+    columns = [n for n in schema.names if n != version_column] + ["_change_type", "_commit_version"]
+    for batch in change_feed(table, first, last, columns if project else None):
         # delta-rs yields string_view / uint64 columns: cast to the declared types before any compute.
         inserted = pc.equal(batch.column("_change_type").cast(pa.string()), "insert")
         columns = []

@@ -4,7 +4,7 @@ A Delta table beside the master (``event_ids_uri``) holding the rule's occurrenc
 (``shared_logic.dedup``): one row per (id, version) with the version's clock and the candidate's
 content key, plus one marker row (null id) for each version without any, so the clock of every
 version indexed is in the table. The batch layer extends it from the master's change data feed
-through each barrier before recomputing (:meth:`EventIdIndex.extend`), in commits of at most
+through each barrier before recomputing (:meth:`EventIdIndex.extend`), in commits of about
 ``FEED_CHUNK_ROWS`` master rows, each recording how far it reaches (application transaction
 ``lambda-event-ids``) and, in its metadata, that version's clock and the seed; the speed layer reads
 it to remember the horizon before its micro-batches. Only batch runs write it (they hold the run lock).
@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 SCHEMA = pa.schema([pa.field(ID, pa.string()), pa.field(VERSION, pa.int64(), nullable=False),
                     pa.field(CLOCK, pa.int64(), nullable=False), pa.field(KEY, pa.string())])
 THROUGH_APP = "lambda-event-ids"
-#: Master rows read from the change data feed per index commit (bounds the driver's memory).
-FEED_CHUNK_ROWS = 500_000
+#: Master rows read from the change data feed per index commit (bounds the driver's memory; one commit adding
+#: more is read whole), and versions (commits without row statistics count no rows).
+FEED_CHUNK_ROWS, FEED_CHUNK_VERSIONS = 500_000, 10_000
 _CLOCK_META, _SEED_META = "lambda.event_ids.clock", "lambda.event_ids.seed"
 _CHANGE_VERSION = "_commit_version"
 
@@ -144,8 +145,11 @@ class EventIdIndex:
         return self._dataset().to_table(filter=condition)
 
     def clock_at(self, version: int) -> int:
-        """The clock of ``version`` (at most the index's reach), 0 before the first version indexed."""
-        found = self._dataset().to_table(columns=[CLOCK], filter=pc.field(VERSION) <= version)
+        """The clock of ``version`` (at most the index's reach), 0 before the first version indexed. Every version
+        indexed has a row (an occurrence or a marker), so one version's rows tell; below a seed none has."""
+        found = self._dataset().to_table(columns=[CLOCK], filter=pc.field(VERSION) == version)
+        if not found.num_rows:
+            found = self._dataset().to_table(columns=[CLOCK], filter=pc.field(VERSION) <= version)
         return int(pc.max(found[CLOCK]).as_py() or 0) if found.num_rows else 0
 
     def _dataset(self) -> ds.Dataset:
@@ -166,7 +170,7 @@ class EventIdIndex:
                 return None
             previous = clocks[version] = clock_of(commit.timestamp, previous)
             rows += commit.rows_added
-            if rows >= FEED_CHUNK_ROWS:
+            if rows >= FEED_CHUNK_ROWS or len(clocks) >= FEED_CHUNK_VERSIONS:
                 break
         return clocks
 
