@@ -46,10 +46,11 @@ log = logging.getLogger(__name__)
 _TRANSIENT = ("Python worker failed to connect back", "redis.exceptions.ConnectionError",
               "redis.exceptions.TimeoutError", "redis.exceptions.BusyLoadingError", "redis.exceptions.ClusterDownError",
               "redis.exceptions.TryAgainError", "redis.exceptions.RedisClusterException",
-              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError")
+              "redis.exceptions.SlotNotCoveredError", "serving.store.errors.ReplicationError",
+              "speed_layer.dedup.EventIdsUnreadableError")
 #: A micro-batch that waited its while for the batch run bringing the event-id index to its base: no failure, the
 #: query starts again and waits on (its heartbeat says for what).
-_WAITING = "speed_layer.dedup.EventIdsUnreadableError"
+_WAITING = "speed_layer.dedup.IndexBehindError"
 #: How long the speed layer keeps trying to (re)start while Redis does not answer, before it gives up.
 _REDIS_AWAY_SECONDS = 120.0
 
@@ -267,6 +268,10 @@ def _run(spark: SparkSession, settings: SpeedConfig, pipeline: Pipeline, redis_u
             continue
         if error is not None and _WAITING in str(error):
             log.info("the speed layer's query waits for the event-id index; starting it again in 2 s")
+            try:
+                layer.heartbeat("waiting for the event-id index (a batch run brings it to the speed layer's base)")
+            except (RedisError, RedisClusterException) as e:
+                log.warning("speed layer heartbeat not written: %s", e)
             stop.wait(2.0)
             continue
         if error is not None and any(transient in str(error) for transient in _TRANSIENT):

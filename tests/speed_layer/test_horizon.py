@@ -1,8 +1,8 @@
 """The speed layer's memory of the horizon (``speed_layer.dedup.Horizon``), driven directly.
 
 A seeded index holds every id of the snapshot at the seed version: a micro-batch spanning the seed
-decides only the versions above its lowest segment base (the rows below reach no segment) and counts
-what it left out among them, never the snapshot. Until the index reaches the base, while a run may
+decides only the versions above its lowest segment base (the rows below reach no segment) and above the
+seed, and counts what it left out among them, never the snapshot. Until the index reaches the base, while a run may
 still seed it, a micro-batch waits, saying why, and then gives up as a wait (the query starts again).
 """
 
@@ -23,7 +23,7 @@ from deploy.settings import Settings
 from shared_logic.events import KIND_COLUMN
 from shared_logic.registry import load_pipeline
 from speed_layer import dedup
-from speed_layer.dedup import EventIdsUnreadableError, Horizon
+from speed_layer.dedup import Horizon, IndexBehindError
 from speed_layer.source import VERSION_COLUMN, source_schema
 
 pytestmark = pytest.mark.slow  # over 10 s: the end-to-end tier
@@ -63,6 +63,13 @@ def test_a_micro_batch_spanning_a_seed_decides_only_above_its_base(
     assert [r for r in rows if r[1] > seed] == [("p900", last)]  # p3 was seen at the seed; p900's copy dropped
     assert dropped == 2
 
+    # A lower base (a run of this logic at version 2 died before it built the index; the seeding run's segment
+    # is live beside its segment): versions up to the seed are not decided (no generation serving them will be).
+    again = Horizon(index, timedelta(days=7), lambda: True)
+    kept, dropped = again.screen(_micro_batch(spark, master, 3, last), 3, last, base=2, wait=pytest.fail)
+    assert sorted((r["payment_id"], r[VERSION_COLUMN]) for r in kept.collect()) == [("p900", last)]
+    assert dropped == 2
+
 
 def test_a_micro_batch_waits_for_the_index_a_run_may_seed_then_gives_up_as_a_wait(
         spark: Any, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,6 +80,6 @@ def test_a_micro_batch_waits_for_the_index_a_run_may_seed_then_gives_up_as_a_wai
     monkeypatch.setattr(dedup, "_WAIT_SECONDS", 0.5)
     said: list[str] = []
     horizon = Horizon(EventIdIndex(settings.event_ids_uri, master, "payment_id"), timedelta(days=7), lambda: True)
-    with pytest.raises(EventIdsUnreadableError, match="waiting for the event-id index .* to reach master version 1"):
+    with pytest.raises(IndexBehindError, match="waiting for the event-id index .* to reach master version 1"):
         horizon.screen(_micro_batch(spark, master, 1, version), 1, version, base=1, wait=said.append)
     assert said and "the batch run whose barrier it is builds it" in said[0]
