@@ -102,12 +102,12 @@ class Horizon:
         return keep(keyed, spark_frame(spark, chosen), field, by=(VERSION_COLUMN,)), dropped
 
     def _ready(self, base: int, wait: Callable[[str], None]) -> IndexState:
-        """The index's state once it reaches ``base``, or once it exists when ``seeded`` is not a concern.
+        """The index's state once it reaches ``base``; or once it exists, when no run can seed it any more (a
+        generation of this logic is served: such a run never seeds, ``EventIdIndex.extend``).
 
-        A batch run may seed the index at its barrier (``event_ids``); the versions at or below a segment's base
-        must be decided as that run's index says, so they are read from it, never from the change data feed
-        before it: the speed layer waits for the run whose barrier is ``base`` (``_WAIT_SECONDS`` in process, then
-        EventIdsUnreadableError, and the query is started again). A run of a logic already served never seeds."""
+        A batch run may seed the index at its barrier; the versions at or below a segment's base must then be
+        taken as that run's index says, so the speed layer waits for the run whose barrier is ``base``
+        (``_WAIT_SECONDS`` in process, heartbeating why, then IndexBehindError: the query starts again and waits on)."""
         deadline = time.monotonic() + _WAIT_SECONDS
         while True:
             state = self.index.state()
