@@ -115,7 +115,7 @@ def make_settings(tmp_path: Path, redis_url: str) -> Callable[..., Settings]:
     return _settings_maker(tmp_path, redis_url)
 
 
-@pytest.fixture(params=["delta-rs", "delta-spark"])
+@pytest.fixture(params=["delta-rs", pytest.param("delta-spark", marks=pytest.mark.slow)])
 def storage_engine(request: pytest.FixtureRequest) -> str:
     """The storage engine of a parity test: a test taking this fixture runs once per engine
     (pass it on as ``make_settings(storage_engine=storage_engine)``)."""

@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from batch_layer.master.dataset import MasterDataset
@@ -27,6 +28,7 @@ def _rows_added(path: Path, version: int) -> Counter:
     return rows(version) - rows(version - 1)
 
 
+@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
 def test_micro_batches_follow_versions(spark, tmp_path: Path) -> None:
     pipeline = load_pipeline("wordcount")
     master = MasterDataset(tmp_path / "master", pipeline, get_engine("delta-rs"))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from deploy.cli.status import platform_status
@@ -68,6 +69,7 @@ def test_a_failing_speed_layer_is_shown_failing_with_its_error(
     client.close()
 
 
+@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
 def test_a_restarting_child_is_failing_and_status_exits_1(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path,
 ) -> None:
