@@ -616,7 +616,7 @@ def test_bulk_backfill_as_written(tmp_path: Path) -> None:
 
 
 # --- Redis Cluster, run ------------------------------------------------------------------------
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_redis_cluster_as_written(tmp_path: Path) -> None:
     [command] = [c for c in commands(bash_blocks("Scaling the view store: Redis Cluster")[0]) if "redis_cluster" in c.text]
     checkout = tmp_path / "checkout"

@@ -71,7 +71,7 @@ def test_master_dataset_on_s3(s3_settings, tmp_path: Path) -> None:
     assert sorted(e["user_id"] for e in stored) == sorted(str(e["user_id"]) for e in [*_events(40), *_events(3, "late")])
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_concurrent_commits_on_s3_lose_nothing(s3_settings, s3_server) -> None:
     """Writers racing for the same versions: the server refuses the losers' commit puts (412,
     conditional put), delta-rs retries them at the next version, and every row lands exactly once."""

@@ -28,7 +28,7 @@ def _rows_added(path: Path, version: int) -> Counter:
     return rows(version) - rows(version - 1)
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_micro_batches_follow_versions(spark, tmp_path: Path) -> None:
     pipeline = load_pipeline("wordcount")
     master = MasterDataset(tmp_path / "master", pipeline, get_engine("delta-rs"))

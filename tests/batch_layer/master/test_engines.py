@@ -88,7 +88,7 @@ def test_a_master_written_by_one_engine_reads_the_same_with_the_other(spark, mak
     assert [r["_version"] for r in rows if r["_kind"] == "barrier"] == [barrier]
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_the_speed_input_starts_after_the_given_version(spark, make_settings, tmp_path: Path,
                                                         storage_engine: str) -> None:
     master = _master(tmp_path / "master", storage_engine)
@@ -164,7 +164,7 @@ def test_gold_generations_are_shared_and_never_repeated_across_engines(spark, tm
     assert content() == second and content(v5) == first and g5.rows == 2
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 @pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
 def test_a_gold_write_failing_on_a_poison_row_commits_nothing_and_is_written_again(spark, tmp_path: Path,
                                                                                   engine: str) -> None:
@@ -193,7 +193,7 @@ def _ingest_file(path: Path, lines: list[str]) -> Path:
     return path
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_bulk_ingest_by_spark_keeps_the_ingest_semantics(spark, tmp_path: Path) -> None:
     pad = " " * 900  # ~1 KB lines: 6,000 of them make Spark read the file in two splits (4 MB each at most)
     good = [json.dumps(e) + pad for e in _events("f", 6_000)]

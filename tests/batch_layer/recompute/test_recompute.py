@@ -106,7 +106,7 @@ def check_result(result: BatchRunResult, settings: Settings, want: dict[str, ora
     assert result.view_rows == {view: len(rows) for view, rows in want.items()}
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_wordcount_gold_tables_match_oracle(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                             tmp_path: Path) -> None:
     settings = make_settings(pipeline="wordcount")

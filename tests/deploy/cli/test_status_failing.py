@@ -69,7 +69,7 @@ def test_a_failing_speed_layer_is_shown_failing_with_its_error(
     client.close()
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_a_restarting_child_is_failing_and_status_exits_1(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path,
 ) -> None:

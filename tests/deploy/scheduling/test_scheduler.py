@@ -84,7 +84,7 @@ def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spa
 
 # --- single flight between two schedulers -----------------------------------------------------------
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_two_schedulers_on_one_data_dir_never_run_at_once(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
     ingest_texts(settings, ["one two", "two three"])

@@ -53,7 +53,7 @@ time.sleep(600)
 """
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_children_stop_together_and_stop_last_ones_after_them(tmp_path: Path) -> None:
     log = tmp_path / "events"
     store = Child("store", [sys.executable, "-c", _SLOW_TO_STOP.format(log=str(log), name="store")],

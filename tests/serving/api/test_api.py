@@ -182,7 +182,7 @@ def test_wordcount_views_over_http_match_oracle(spark: Any, make_settings: Calla
         assert not check_range(client, published, "word_counts_per_minute", "the", utc(first), utc(first + 1999 * 60))
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_payments_views_over_http_match_oracle(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                                api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

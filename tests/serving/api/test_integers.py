@@ -106,7 +106,7 @@ def publish(spark: Any, settings: Settings, events: list[dict[str, Any]], file: 
     return run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url).generation
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_integral_measures_answer_ints_after_a_batch_run(spark: Any, make_settings: Callable[..., Settings],
                                                          api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline=PIPELINE)

@@ -139,7 +139,7 @@ def same_answers(lean: httpx.Client, plain: httpx.Client, headers: dict[str, str
     return statuses
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_answers_errors_and_openapi_are_fastapis_own(
     spark: Any, make_settings: Callable[..., Settings], redis_url: str, tmp_path: Path
 ) -> None:

@@ -103,7 +103,7 @@ def check(client: httpx.Client, want: dict[str, dict[str, float]], parts: dict[s
     return problems
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_zero_minima_and_maxima_are_positive_in_both_parts_and_merged(
         spark: Any, make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

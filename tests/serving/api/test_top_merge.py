@@ -81,7 +81,7 @@ def _oracle(batch: dict, realtime: dict, measure: str, n: int) -> list[tuple[str
     return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 @pytest.mark.parametrize("store", ["one Redis", "cluster"])
 def test_top_n_equals_the_oracle_for_every_measure_and_merge(store: str, request: pytest.FixtureRequest,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,7 +109,7 @@ def _top(url: str, n: int, between: Callable[[int], None] = lambda i: None) -> t
     return asyncio.run(run())
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 def test_every_call_stays_within_its_budget_and_the_answer_is_the_fold(redis_url: str) -> None:
     batch, live = _publish(redis_url)
     for n in (1, 25):

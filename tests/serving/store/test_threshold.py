@@ -35,7 +35,7 @@ def _oracle(events: pd.DataFrame, panes: list[int], measure: str, n: int) -> lis
     return [(k, float(v)) for k, v in ranked[:n]]
 
 
-@pytest.mark.slow  # over 4 s: the full tier (make test-fast stays under 3 minutes)
+@pytest.mark.slow  # over 4 s: the full tier (the quick tier has a 3-minute budget)
 @pytest.mark.parametrize("store", ["one Redis", "cluster"])
 def test_top_n_over_random_ranges_equals_the_pandas_oracle(store: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue("redis_url" if store == "one Redis" else "cluster_url")
