@@ -241,33 +241,30 @@ class Settings(KafkaSettings):
 
         return is_object_store(self.tables_root)
 
+    def _pipeline_table(self, kind: str) -> str:
+        from batch_layer.master.object_store import join
+
+        return join(self.tables_root, kind, self.pipeline_slug)
+
     @property
     def master_uri(self) -> str:
         """The pipeline's master dataset (one Delta table): a local path or an ``s3://`` URI."""
-        from batch_layer.master.object_store import join
-
-        return join(self.tables_root, "master", self.pipeline_slug)
+        return self._pipeline_table("master")
 
     @property
     def dead_letters_uri(self) -> str:
         """The pipeline's dead-letter table (``batch_layer.master.dead_letters``): a local path or an ``s3://`` URI."""
-        from batch_layer.master.object_store import join
-
-        return join(self.tables_root, "dead_letters", self.pipeline_slug)
+        return self._pipeline_table("dead_letters")
 
     @property
     def event_ids_uri(self) -> str:
         """The pipeline's event-id index (``batch_layer.master.event_ids``), for a pipeline declaring an event id."""
-        from batch_layer.master.object_store import join
-
-        return join(self.tables_root, "event_ids", self.pipeline_slug)
+        return self._pipeline_table("event_ids")
 
     @property
     def gold_uri(self) -> str:
         """Folder of the pipeline's gold tables, one Delta table per view: a local path or an ``s3://`` URI."""
-        from batch_layer.master.object_store import join
-
-        return join(self.tables_root, "gold", self.pipeline_slug)
+        return self._pipeline_table("gold")
 
     @property
     def master_path(self) -> Path:
