@@ -47,9 +47,11 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 
 # Two workers: the end-to-end tests mostly wait (on JVMs starting, triggers, polls), so two share the
 # two cores well (a third ran slower: three platform tests at once starve each other's JVMs); tests
-# that share a platform stay on one worker (xdist_group). TEST_WORKERS=1 on a one-core machine.
+# that share data or the Kafka broker stay on one worker (xdist_group, set in tests/conftest.py), and
+# work goes out in the conftest's costliest-first order (--no-loadscope-reorder keeps xdist from
+# putting the biggest group first instead). TEST_WORKERS=1 on a one-core machine.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 15 minutes on 2 cores)
 	$(PYTEST)

@@ -47,16 +47,31 @@ def _cost(item: pytest.Item) -> int:
     return next((rank for rank, name in enumerate(_COST) if name in marks), len(_COST))
 
 
+#: What one worker must run alone (``--dist loadgroup``): every test of a module taking module-scoped data (its
+#: ingest and recompute are set up once, not once per worker), and every test of the session's Kafka broker
+#: (one broker JVM, not two). A group is one work unit, so a module's block stays whole on one worker.
+_FIXTURE_GROUPS: dict[str, Callable[[pytest.Item], str]] = {
+    "module_redis_url": lambda item: item.module.__name__,
+    "kafka_broker": lambda item: "kafka",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which turns the group marks into work units
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        names = getattr(item, "fixturenames", ())
         for fixture, marker in _FIXTURE_MARKERS.items():
-            if fixture in getattr(item, "fixturenames", ()):
+            if fixture in names:
                 item.add_marker(marker)
+        for fixture, group in _FIXTURE_GROUPS.items():
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group(item)))
     # A module moves as a block (its module-scoped fixtures are set up once), ranked by its costliest test.
     rank: dict[str, int] = {}
     for item in items:
         rank[item.module.__name__] = min(rank.get(item.module.__name__, len(_COST)), _cost(item))
     items.sort(key=lambda item: rank[item.module.__name__])
+
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from tests.support import wait_for
 from tests.support.kafka import Record, create_topic, produce, unique_topic
 
 # One worker starts the session's broker, not both (tests/deploy/runtime/test_kafka_broker.py is in the group too).
-pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess, pytest.mark.xdist_group("kafka")]
+pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 
 

@@ -25,7 +25,6 @@ from deploy.runtime.kafka_jars import KAFKA_VERSION, kafka_jars
 from tests.support import free_port
 from tests.support.kafka import consume_all, create_topic, end_offsets, partition_count, produce, unique_topic
 
-pytestmark = pytest.mark.xdist_group("kafka")  # one worker starts the session's broker, not both
 
 
 def _records(count: int, keys: int) -> list[tuple[bytes, bytes]]:
