@@ -26,7 +26,6 @@ from tests.support import free_port
 from tests.support.kafka import consume_all, create_topic, end_offsets, partition_count, produce, unique_topic
 
 
-
 def _records(count: int, keys: int) -> list[tuple[bytes, bytes]]:
     """``count`` records over ``keys`` keys, each value unique (its index), some non-ASCII."""
     return [(f"key-{i % keys}".encode(), f"value-{i}-é".encode()) for i in range(count)]
