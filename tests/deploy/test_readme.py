@@ -581,6 +581,7 @@ def test_changing_the_event_model(tmp_path: Path) -> None:
 
 
 # --- Bulk backfill, run ------------------------------------------------------------------------
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_bulk_backfill_as_written(tmp_path: Path) -> None:
     [command] = [c for b in bash_blocks("Bulk backfill") for c in commands(b)]
     folder = tmp_path / "history" / "2025"

@@ -164,6 +164,7 @@ def test_up_hands_its_children_the_secret_itself_not_its_mask(s3_settings) -> No
     assert env["LAMBDA_TABLES_URI"] == settings.tables_uri
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_speed_layer_source_reads_the_master_on_s3(s3_settings) -> None:
     """The speed layer's Python streaming source (delta-rs engine) plans and reads versions of a
     master dataset on S3: offsets, the row cap from the commits' statistics, the rows with ``_version``

@@ -21,6 +21,7 @@ from speed_layer.input import Summary
 from speed_layer.plan import Planner
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_plan_opening_a_group_waits_for_a_replica(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = LocalRedisCluster(tmp_path / "cluster", replicas=1).start()
     try:

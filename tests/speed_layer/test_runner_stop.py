@@ -19,6 +19,7 @@ from speed_layer.runner import _stop_after_trigger
 from tests.support.speed import running_speed_layer, wait_caught_up
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_query_behind_stops_after_the_micro_batch_in_flight(spark: SparkSession, tmp_path: Path) -> None:
     started: list[int] = []
 

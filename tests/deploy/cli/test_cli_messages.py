@@ -50,6 +50,7 @@ def test_bad_pipeline_modules_stop_with_exit_2_and_a_message(
         assert part in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_status_of_a_platform_that_is_down_lists_every_part_and_exits_1(tmp_path: Path) -> None:
     port = str(free_port())
     table = cli(tmp_path, "status", LAMBDA_HTTP_PORT=port)

@@ -136,6 +136,7 @@ def test_sigterm_as_soon_as_its_redis_answers_stops_it(tmp_path: Path) -> None:
         wait_for(lambda: _gone(pid), "the embedded Redis to stop after SIGTERM", 60)
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_redis_in_use_by_another_command_stays_up_and_the_last_user_stops_it(tmp_path: Path) -> None:
     """Two users on one data dir (separate lock handles behave as separate processes): the first to leave
     leaves it running; the last stops it; the next one starts it again with every write kept."""

@@ -13,6 +13,7 @@ from deploy.runtime import redis_cluster
 from deploy.runtime.redis_cluster import LocalRedisCluster
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_node_whose_bus_port_is_taken_before_it_binds_starts_on_another_port(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     free = redis_cluster._free_port

@@ -127,6 +127,7 @@ def test_a_local_executor_python_is_checked_before_spark_starts(tmp_path: Path, 
         check_local_python(other)
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_the_start_up_check_runs_on_the_executors_and_names_what_they_lack(
     spark, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

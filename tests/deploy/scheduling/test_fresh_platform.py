@@ -7,11 +7,14 @@ waiting for its next tick (here an hour away). Oracle: the distinct words of the
 
 from __future__ import annotations
 
+import pytest
+
 from batch_layer.master.dataset import MasterDataset
 from shared_logic.registry import load_pipeline
 from tests.support import ingest_texts, registry, runs_with, scheduler_thread, served_generation, wait_for
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_empty_master_is_skipped_and_the_first_events_are_published_at_once(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1h")
     pipeline = load_pipeline(settings.pipeline)

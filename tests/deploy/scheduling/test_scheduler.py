@@ -51,6 +51,7 @@ def barrier_kinds(settings: Settings, version: int) -> list[str]:
 
 # --- interval schedule: run when changed, skip when not ---------------------------------------------
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_interval_schedule_runs_when_master_changed_and_skips_when_unchanged(spark, make_settings) -> None:
     settings = make_settings(batch_schedule="1s")
     texts = ["the cat sat", "the dog", "a cat"]

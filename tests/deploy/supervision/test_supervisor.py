@@ -104,6 +104,7 @@ def test_children_are_recorded_with_failures_and_last_error_and_a_code_change_is
     assert read_children(tmp_path) is None and not (tmp_path / "children.json").exists()
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_child_killed_from_outside_restarts_without_growing_backoff(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGKILL from outside (an operator, the OOM killer, a chaos test) is no crash loop: the backoff starts over."""

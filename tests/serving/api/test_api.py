@@ -199,6 +199,7 @@ def test_payments_views_over_http_match_oracle(spark: Any, make_settings: Callab
         assert not check_range(client, published, "spend_by_user_hourly", "alice", utc(-2 * 3600), utc(2 * 3600))
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_error_answers_name_what_is_wrong(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                           api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="wordcount")
@@ -260,6 +261,7 @@ def test_nothing_published_answers_503(make_settings: Callable[..., Settings], a
         assert [v["generation"] for v in listed.json()["views"]] == [None, None]
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_redis_down_answers_503_naming_redis(spark: Any, make_settings: Callable[..., Settings], redis_url: str,
                                              redis_server: Any, api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

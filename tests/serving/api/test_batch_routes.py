@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
+import pytest
 import redis
 from deltalake import DeltaTable
 
@@ -44,6 +45,7 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> di
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:
     settings = make_settings()
     version = ingest_texts(settings, TEXTS)

@@ -110,6 +110,7 @@ def pages(client: httpx.Client, cursor: str | None, limit: int) -> list[str]:
             return keys
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_every_cursor_this_route_does_not_make_is_a_422(served: tuple[Settings, list[str]],
                                                         api: Callable[..., Any]) -> None:
     _, oracle = served
@@ -138,6 +139,7 @@ def test_every_cursor_this_route_does_not_make_is_a_422(served: tuple[Settings, 
         assert response.status_code == 409 and "start over" in response.json()["detail"], response.text
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_cursor_longer_than_the_limit_is_a_422_naming_it(served: tuple[Settings, list[str]],
                                                            api: Callable[..., Any]) -> None:
     with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
@@ -26,6 +27,7 @@ USERS = ["plain", "line\u2028separator", "paragraph\u2029separator", "next\u0085
          "form\x0cfeed", "group\x1dseparator", "new\nline", "carriage\rreturn", "both\u2028\u0085\u2029"]
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_ndjson_rows_are_one_line_each_for_every_line_reader(spark: Any, make_settings: Callable[..., Settings],
                                                               api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

@@ -116,6 +116,7 @@ def test_integral_measures_answer_ints_after_a_batch_run(spark: Any, make_settin
         check_orders(client, events)
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_payments_counts_are_ints_and_amount_sums_floats(spark: Any, make_settings: Callable[..., Settings],
                                                          api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")

@@ -132,6 +132,7 @@ EVENTS = [
 ]
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_epoch_seconds_are_seconds_and_exact_at_the_ends_of_the_range(
     spark: Any, make_settings: Callable[..., Settings], redis_url: str, api: Callable[..., Any], tmp_path: Path
 ) -> None:

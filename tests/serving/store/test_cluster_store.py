@@ -77,6 +77,7 @@ def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> 
         PipelineStore(client, Keys("orders", buckets=4)).ensure_epoch()
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
     """The speed layer may commit its offsets only once a replica holds the micro-batch: with the
     replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning."""

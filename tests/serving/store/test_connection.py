@@ -107,6 +107,7 @@ repeat local t = redis.call('TIME') until (t[1] - s[1]) * 1000000 + (t[2] - s[2]
 return 1"""
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_script_that_timed_out_is_not_sent_again(redis_url: str) -> None:
     """A timed-out script may still be running: sending it again would queue it a second time behind itself."""
     async def run() -> None:

@@ -122,6 +122,7 @@ def test_every_call_stays_within_its_budget_and_the_answer_is_the_fold(redis_url
             assert call["zscore"] + call["zrevrank"] + call["sismember"] + call["zrevrange"] <= BUDGET, call
 
 
+@pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_micro_batch_started_between_calls_leaves_the_answer_at_the_committed_version(redis_url: str) -> None:
     batch, live = _publish(redis_url)
     client, keys = redis_client(redis_url), store_keys("probe", redis_url)
