@@ -118,6 +118,16 @@ logger.change.level = WARN
 """
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes in URL-safe base64, never starting with ``-``. Kafka's own
+    ``Uuid.randomUuid`` draws again for those too: its command line would read the id as an option (``kafka-storage
+    format -t -Xy...`` fails with "expected one argument"; one id in 64 starts so)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass
 class KafkaBroker:
     """One Kafka broker (KRaft, broker and controller in one JVM) whose files live in ``folder``.
@@ -199,7 +209,7 @@ class KafkaBroker:
         """Format the log dir with a new cluster id unless it is formatted already (its ``meta.properties``)."""
         if (self.folder / "data" / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         argv = [java_binary(), "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", classpath,
                 "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"]
         started = time.monotonic()
