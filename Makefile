@@ -53,7 +53,7 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 15 minutes on 2 cores)
+test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 18-20 minutes on 2 cores)
 	$(PYTEST)
 
 test-fast: $(STAMP)  ## skip the slow end-to-end tier (about 3 minutes)
