@@ -19,7 +19,6 @@ Run one in the foreground: ``python -m deploy.runtime.kafka_broker --dir data/ka
 from __future__ import annotations
 
 import argparse
-import base64
 import logging
 import os
 import socket
@@ -27,7 +26,6 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from types import TracebackType
 
 from deploy.data_dir import private_dir
 from deploy.errors import KafkaBrokerError
+from deploy.runtime.kafka_config import HOST, LOG4J2, new_cluster_id, server_properties
 from deploy.runtime.kafka_jars import DEFAULT_CACHE, KAFKA_VERSION, MAVEN_CENTRAL, java_binary, kafka_jars
 from deploy.runtime.signals import Terminated, signals_held, stop_on_signals, unwind_on_signals
 
@@ -46,7 +45,6 @@ JVM_OPTIONS = ("-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel
 DEFAULT_PORT = 9092
 _PID_FILE = "broker.pid"
 _LOG_FILE = "broker.log"
-_HOST = "127.0.0.1"
 
 
 # --- the broker ---------------------------------------------------------------------------------------------------
@@ -55,7 +53,7 @@ _HOST = "127.0.0.1"
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
-        s.bind((_HOST, 0))
+        s.bind((HOST, 0))
         return int(s.getsockname()[1])
 
 
@@ -65,67 +63,10 @@ def _port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((_HOST, port))
+            s.bind((HOST, port))
         except OSError:
             return False
     return True
-
-
-def server_properties(folder: Path, port: int, controller_port: int) -> str:
-    """The broker's configuration: one node as broker and controller, loopback listeners, replication factors 1,
-    small internal topics and thread pools (a 2-core machine)."""
-    return "\n".join([
-        "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.voters=1@{_HOST}:{controller_port}",
-        f"listeners=PLAINTEXT://{_HOST}:{port},CONTROLLER://{_HOST}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{_HOST}:{port}",
-        "controller.listener.names=CONTROLLER",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        f"log.dirs={folder / 'data'}",
-        "num.partitions=1",
-        "default.replication.factor=1",
-        "offsets.topic.replication.factor=1",
-        "offsets.topic.num.partitions=5",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "transaction.state.log.num.partitions=5",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
-        "num.network.threads=2",
-        "num.io.threads=2",
-        "background.threads=2",
-        "num.recovery.threads.per.data.dir=1",
-        "",
-    ])
-
-
-_LOG4J2 = """\
-status = warn
-shutdownHook = disable
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.change.name = state.change.logger
-logger.change.level = WARN
-"""
-
-
-def new_cluster_id() -> str:
-    """A random KRaft cluster id: 16 random bytes in URL-safe base64, never starting with ``-``. Kafka's own
-    ``Uuid.randomUuid`` draws again for those too: its command line would read the id as an option (``kafka-storage
-    format -t -Xy...`` fails with "expected one argument"; one id in 64 starts so)."""
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
 
 
 @dataclass
@@ -152,7 +93,7 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         """The address clients bootstrap from: ``127.0.0.1:PORT``."""
-        return f"{_HOST}:{self.port}"
+        return f"{HOST}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -177,13 +118,13 @@ class KafkaBroker:
         self.controller_port = self.controller_port or free_port()
         for name, port in (("port", self.port), ("controller port", self.controller_port)):
             if not _port_free(port):
-                raise KafkaBrokerError(f"the Kafka broker's {name} {port} on {_HOST} is in use (another broker?): "
+                raise KafkaBrokerError(f"the Kafka broker's {name} {port} on {HOST} is in use (another broker?): "
                                        "stop what uses it or pick another port (--port / --controller-port)")
         classpath = self.classpath()
         private_dir(self.folder)  # 0700, like the embedded Redis's: the data is the owner's alone
         config = self.folder / "server.properties"
         config.write_text(server_properties(self.folder, self.port, self.controller_port))
-        (self.folder / "log4j2.properties").write_text(_LOG4J2)
+        (self.folder / "log4j2.properties").write_text(LOG4J2)
         self._format(classpath, config)
         if self.log_file.exists():
             os.replace(self.log_file, self.log_file.with_name(_LOG_FILE + ".1"))
@@ -201,7 +142,7 @@ class KafkaBroker:
             self.stop()
             raise
         log.info("Kafka broker %s listening on %s (controller on %s:%d, pid %d) after %.1f s; data in %s, log %s",
-                 self.version, self.bootstrap, _HOST, self.controller_port, self.process.pid,
+                 self.version, self.bootstrap, HOST, self.controller_port, self.process.pid,
                  time.monotonic() - started, self.folder / "data", self.log_file)
         return self
 

@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 from tests.support import wait_for
 from tests.support.kafka import Record, create_topic, produce, unique_topic
 
-# One worker starts the session's broker, not both (tests/deploy/runtime/test_kafka_broker.py is in the group too).
+# One worker starts the session's broker, not both: tests taking `kafka_broker` are one group (tests/conftest.py).
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
 

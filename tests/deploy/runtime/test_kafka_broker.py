@@ -8,7 +8,6 @@ pointed at a Maven repository URL where nothing listens.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import socket
@@ -21,7 +20,7 @@ import psutil
 import pytest
 
 from deploy.errors import KafkaBrokerError, KafkaJarsError
-from deploy.runtime.kafka_broker import KafkaBroker, new_cluster_id, running_pid
+from deploy.runtime.kafka_broker import KafkaBroker, running_pid
 from deploy.runtime.kafka_jars import KAFKA_VERSION, kafka_jars
 from tests.support import free_port
 from tests.support.kafka import consume_all, create_topic, end_offsets, partition_count, produce, unique_topic
@@ -58,14 +57,6 @@ def test_records_produced_to_three_partitions_are_consumed_back_exactly(kafka_br
     # What the producer was told (partition, offset) is where the records are.
     assert sorted((a.partition, a.offset, a.key, a.value) for a in acknowledged) == \
         sorted((r.partition, r.offset, r.key, r.value) for r in read)
-
-
-def test_a_cluster_id_is_16_bytes_and_never_reads_as_an_option() -> None:
-    """One id in 64 drawn as URL-safe base64 starts with ``-``, which ``kafka-storage format -t`` read as an option
-    (a session broker failed to format so, run 24); Kafka's own ``Uuid.randomUuid`` draws again for those."""
-    ids = [new_cluster_id() for _ in range(5000)]
-    assert not [i for i in ids if i.startswith("-")]
-    assert {len(base64.urlsafe_b64decode(i + "==")) for i in ids} == {16} and len(set(ids)) == len(ids)
 
 
 def test_a_taken_port_is_named_before_any_jvm_starts(tmp_path: Path) -> None:
