@@ -1,7 +1,8 @@
 """A real S3-compatible server on loopback: moto's standalone server (``moto[server]``), one per session.
 
 It stands in for AWS S3 (or MinIO, Ceph RGW...): the S3 REST API over HTTP, including conditional
-puts (``If-None-Match: *`` answered 412 when the object exists), which safe Delta commits need.
+puts (``If-None-Match: *`` answered 412 when the object exists), which safe Delta commits need; moto
+decides those atomically only as ``s3_server.py`` beside this file runs it.
 Its request log is kept, so tests can count the requests the server refused.
 """
 
@@ -22,6 +23,8 @@ import pytest
 from deploy.settings import Settings
 from tests.support import free_port
 from tests.support.s3 import ACCESS_KEY_ID, SECRET
+
+_SERVER = Path(__file__).with_name("s3_server.py")
 
 
 @dataclass
@@ -46,11 +49,11 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto's S3 server on a free loopback port, stopped at the end of the session."""
+    """moto's S3 server (its conditional puts atomic) on a free loopback port, stopped at the end of the session."""
     port = free_port()
     log = tmp_path_factory.mktemp("moto") / "requests.log"
     with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        process = subprocess.Popen([sys.executable, str(_SERVER), "-H", "127.0.0.1", "-p", str(port)],
                                    stdout=out, stderr=subprocess.STDOUT)
     server = S3Server(f"http://127.0.0.1:{port}", log, process)
     deadline = time.monotonic() + 30
