@@ -35,6 +35,7 @@ from batch_layer.faults import injected
 from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from tests import oracle
+from tests.support.dying import Died, die
 from tests.support.master import open_master
 from tests.support.payments import ingest_some
 from tests.support.servers import RedisServer
@@ -109,10 +110,10 @@ def _cut_and_replay(spark, settings, api, master, rng: random.Random, cut_by: st
 
 def _cut_in_the_driver(spark, settings) -> None:
     """The speed layer, in this process, fails for good between a micro-batch's first and second write calls."""
-    def die() -> None:
+    def driver_dies() -> None:
         raise ValueError("injected: the driver died between two write calls")  # not transient: not restarted
 
-    with injected("speed-between-chunks", die), pytest.raises(RuntimeError, match="query failed"), \
+    with injected("speed-between-chunks", driver_dies), pytest.raises(RuntimeError, match="query failed"), \
             running_speed_layer(spark, settings) as speed:
         speed.join(300)
         assert not speed.is_alive(), "the speed layer survived its driver dying midway"
@@ -126,13 +127,6 @@ def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subproc
     return subprocess.Popen([sys.executable, "-m", "deploy.cli", "speed", "run"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-
-class _Died(BaseException):
-    """A batch run dying at an injected fault point (BaseException: nothing on the way catches it)."""
-
-
-def _die() -> None:
-    raise _Died
 
 
 def test_a_replayed_micro_batch_and_a_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
@@ -167,7 +161,7 @@ def test_a_replayed_micro_batch_and_a_killed_batch_run_stay_exact(spark, make_se
         feeder = threading.Thread(target=ingest, daemon=True)
         feeder.start()
         try:
-            with injected("before-flip", _die), pytest.raises(_Died):
+            with injected("before-flip", die), pytest.raises(Died):
                 run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)
             time.sleep(1)
         finally:

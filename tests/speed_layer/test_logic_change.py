@@ -3,7 +3,8 @@
 Two versions of a word-count pipeline, v1 (words as written; views ``word_counts`` and
 ``first_letters``) and v2 (words lower-cased; ``word_counts`` and a new ``word_lengths``; no
 ``first_letters``), run against one master dataset, one Redis and one API: v1's batch and speed
-layer serve; then the speed layer restarts with v2 (more events arrive); then a batch run under v2
+layer serve; then the speed layer restarts with v2 (more events arrive); a batch run under v2 dies at
+its flip (where a kill -9 of its process leaves it), so v1 stays served; then a batch run under v2
 is served and more events arrive (a keys cursor of v1's rows is then refused: 409). A reader thread asks for keys over HTTP all along: every answer
 must equal v1's oracle or v2's oracle at the answer's ``version``, as its ``logic`` says, never
 anything else. Oracle: plain-Python counts over the events the test ingested, per version.
@@ -23,6 +24,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from batch_layer.faults import injected
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.recompute.job import run_batch
 from serving.api.app import create_app
@@ -31,6 +33,7 @@ from shared_logic.pipeline import Pipeline
 from shared_logic.pipelines.wordcount import Line
 from shared_logic.views import View
 from tests.oracle import words
+from tests.support.dying import Died, die
 from tests.support.servers import ApiServer
 from tests.support.speed import processed_version, running_speed_layer
 
@@ -157,7 +160,11 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                     assert pending.status_code == 503 and "not in the served batch generation" in pending.json()["detail"]
                     assert http.get("/v1/views/word_lengths/top").status_code == 503
 
+                with injected("before-flip", die), pytest.raises(Died):  # v2's first recompute dies at its flip
+                    run_batch(spark, settings, V2, redis_url=settings.redis_url)
                 with httpx.Client(base_url=server.base_url, timeout=10) as http:
+                    listed = http.get("/v1/views").json()
+                    assert listed["served_logic"] == V1.logic and listed["pending_logic"] == V2.logic, listed
                     paging = http.get("/v1/views/word_counts/keys", params={"limit": 2}).json()  # v1's rows
                 result = run_batch(spark, settings, V2, redis_url=settings.redis_url)
                 assert result.flipped

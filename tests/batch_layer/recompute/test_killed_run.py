@@ -25,6 +25,7 @@ from batch_layer.master.engines import get_engine
 from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
+from tests.support.dying import Died, die
 
 pytestmark = pytest.mark.slow
 
@@ -48,13 +49,6 @@ def _ingest(master: MasterDataset, path: Path, events: list[dict[str, object]]) 
     master.ingest_file(path)
 
 
-class _Died(BaseException):
-    """The run's death at a fault point: no ``except Exception`` handler sees it, as none sees a SIGKILL."""
-
-
-def _die() -> None:
-    raise _Died
-
 
 @pytest.mark.parametrize("fault", ["after-gold", "before-flip"])
 def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_path: Path, fault: str) -> None:
@@ -71,7 +65,7 @@ def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_
 
     second = [{"user_id": "u9", "merchant": "m9", "amount": 1, "event_time": "2026-01-01T00:00:00Z"}] * 5
     _ingest(master, tmp_path / "second.jsonl", second)
-    with injected(fault, _die), pytest.raises(_Died):
+    with injected(fault, die), pytest.raises(Died):
         run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
 
     keys = Keys("payments")

@@ -1,13 +1,12 @@
-"""A user's pipeline changed under `up`: served by itself, never mixed, also across a kill -9.
+"""A user's pipeline changed under `up`: recomputed by itself, served by itself, never mixed.
 
-A word-count module of the user's, v1 (words as written; views ``word_counts`` and
-``first_letters``), runs under `up` with events posted over HTTP. `up` is stopped, the module is
-replaced by v2 (words lower-cased; ``word_counts``, a new ``word_lengths``, a new sliding view
-``words_last_hour`` and a new session view ``word_sessions``, a 1 s gap and four sessions kept a word; no
-``first_letters``), and `up` starts again; while v2's recompute runs, every process of the
-platform (`up`, the API, the speed layer, the scheduler, Redis) is killed with SIGKILL, and `up`
-starts once more. Nobody runs a batch recompute by hand (the schedule is an hour). Each post's events carry
-event times in two groups seconds apart (or none: the ingest time), so each word gets two sessions or so a post.
+A word-count module of the user's, v1 (words as written; views ``word_counts`` and ``first_letters``),
+runs under `up` with events posted over HTTP. `up` is stopped, the module is replaced by v2 (words
+lower-cased; ``word_counts``, a new ``word_lengths``, a new sliding view ``words_last_hour`` and a new
+session view ``word_sessions``, a 1 s gap and four sessions kept a word; no ``first_letters``), and `up`
+starts again. Nobody runs a batch recompute by hand (the schedule is an hour): `up` recomputes under v2 by
+itself. Each post's events carry event times in two groups seconds apart (or none: the ingest time), so each
+word gets two sessions or so a post.
 
 A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
 dataset's events at the version an answer names (read from the Delta table by ``tests.oracle``):
@@ -15,6 +14,10 @@ every answer must equal v1's oracle or v2's, as its ``logic`` says. At the end e
 v2 view equals v2's oracle (the sliding view's window ending now: its panes combined; every word's sessions: a
 gap sessionization of its event times, the newest four kept and the older ones, several a word, in the folded
 summary, exact after them), ``first_letters`` is gone, and the served logic is v2's.
+
+A v2 recompute killed midway leaves v1 served and the next one serves v2: that claim is about state, so it is
+proven in process (tests/speed_layer/test_logic_change.py, a v2 run dying at its flip); a kill -9 of `up`'s
+whole tree is the chaos test's ``up`` fault (tests/chaos/test_chaos.py).
 """
 
 from __future__ import annotations
@@ -196,7 +199,7 @@ class Poster:
         self.done = time.time()  # the ingest time of events without one is earlier
 
 
-def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) -> None:
+def test_a_changed_pipeline_is_recomputed_and_served_by_up_never_mixed(tmp_path: Path) -> None:
     folder = tmp_path / "mine"
     folder.mkdir()
     master = folder / "data" / "master" / "mywords"
@@ -224,14 +227,8 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         wait_up(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
         v2 = http.get("/v1/views").json()["logic"]
         post(20)
-        wait_up(lambda: any(run["status"] == "running" for run in http.get("/v1/batch/runs").json()["runs"]),
-                "v2's recompute to start by itself", 300)
-        time.sleep(rng.uniform(0, 15))  # somewhere in the recompute: snapshot, gold, publish or the flip
-        platform.kill()
-
-        platform.start(V2_SOURCE)
-        _post_when_up(http, post)
-        wait_up(lambda: _converged(http, v2), "v2 served, nothing pending", 600)
+        wait_up(lambda: _converged(http, v2), "v2 recomputed by `up` itself, served, nothing pending", 600)
+        post(20)
         latest = _latest(master)
         wait_up(lambda: _version(http) >= latest, "v2's speed layer", 300)
         # (v2 may be served and caught up moments before the reader's next round: v2 must be in its answers)
@@ -247,8 +244,7 @@ def test_a_changed_pipeline_converges_under_up_through_a_kill(tmp_path: Path) ->
         assert http.get("/v1/views/first_letters/keys/A").status_code == 404
         _sliding_view_is_exact(http, master)
         _session_view_is_exact(http, master)
-        platform.stop()
-    finally:
+    finally:  # killed, not stopped: a stop waits for the speed layer's micro-batch (SIGTERM: the chaos test)
         stop.set()
         http.close()
         if platform.process is not None and platform.process.poll() is None:
@@ -319,11 +315,6 @@ def _version(http: httpx.Client) -> int:
 
 def _texts(master: Path, version: int) -> list[str]:
     return [event["text"] for event in oracle.read_events(master, version)]
-
-
-def _post_when_up(http: httpx.Client, post: Poster) -> None:
-    wait_up(lambda: http.get("/healthz").status_code == 200, "the API after the kill")
-    post(20)
 
 
 def _converged(http: httpx.Client, logic: str) -> bool:
