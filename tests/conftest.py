@@ -21,6 +21,9 @@ from deploy.runtime.redis_cluster import LocalRedisCluster
 from deploy.settings import Settings, load_settings
 from tests.support.servers import ApiServer, RedisServer
 
+#: ``--cpu-durations=N`` (pyproject's addopts: every run) prints the tests costing the run the most CPU.
+pytest_plugins = ("tests.support.cpu_durations",)
+
 #: Every JVM the suite starts (its SparkSessions, the commands' and `up`'s, the Kafka broker, a standalone
 #: cluster's) compiles with C1 only: they live seconds to minutes, too short for C2's compile work to pay
 #: back on 2 cores (about a fifth less CPU: benchmarks/RESULTS.md, "The suite"). Set before any JVM starts;
