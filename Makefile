@@ -46,7 +46,7 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 	$(BIN)/lint-imports
 
 # Two workers: the end-to-end tests mostly wait (on JVMs starting, triggers, polls), so two share the
-# two cores well (a third ran slower: three platform tests at once starve each other's JVMs); tests
+# two cores well (a third ran slower, again in run 30: benchmarks/RESULTS.md, 2026-11-28 15:07); tests
 # that share data or the Kafka broker stay on one worker (xdist_group, set in tests/conftest.py), and
 # work goes out in the conftest's costliest-first order (--no-loadscope-reorder keeps xdist from
 # putting the biggest group first instead). TEST_WORKERS=1 on a one-core machine.
