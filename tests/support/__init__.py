@@ -31,6 +31,7 @@ from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from serving.store.runs import BatchRun, RunRegistry
 from serving.store.session import PipelineStore
+from shared_logic.pipeline import Pipeline
 from shared_logic.registry import load_pipeline
 
 T = TypeVar("T")
@@ -138,14 +139,17 @@ def served_generation(settings: Settings) -> int | None:
 
 
 @contextmanager
-def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler") -> Iterator[threading.Event]:
-    """``run_scheduler`` in a thread of this process (the session's SparkSession); stopped on exit."""
+def scheduler_thread(spark: Any, settings: Settings, name: str = "scheduler",
+                     pipeline: Pipeline | None = None) -> Iterator[threading.Event]:
+    """``run_scheduler`` in a thread of this process (the session's SparkSession), of ``pipeline`` (default: the
+    settings' one); stopped on exit."""
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            run_scheduler(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url, stop=stop)
+            run_scheduler(spark, settings, pipeline or load_pipeline(settings.pipeline), redis_url=settings.redis_url,
+                          stop=stop)
         except BaseException as e:
             errors.append(e)
 

@@ -16,17 +16,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
+import redis
 from deltalake import DeltaTable
 
 from batch_layer.errors import RunInProgressError
@@ -35,8 +38,12 @@ from batch_layer.recompute.lock import RunLock
 from deploy.errors import ConfigError
 from deploy.scheduling.scheduler import _first_due, parse_schedule, run_now
 from deploy.settings import Settings
+from serving.store.keys import Keys
+from serving.store.logic import generation_logic
 from serving.store.runs import RunConflictError
+from shared_logic.pipelines.wordcount import WordCount
 from shared_logic.registry import load_pipeline
+from tests import oracle
 from tests.support import ingest_texts, registry, runs_with, scheduler_thread, served_generation, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,6 +162,51 @@ def test_killed_scheduler_frees_the_lock_and_its_run_reads_as_interrupted(make_s
     assert interrupted.finished_at == interrupted.heartbeat_at, "ended at its last sign of life"
     again = runs.enqueue()
     assert again.status == "queued" and again.id != queued.id
+
+
+
+class _WordCountV2(WordCount):
+    """The built-in word count under a new logic version: a change its source does not show (a library upgrade)."""
+
+    logic_version = "v2"
+
+
+@pytest.mark.slow  # a subprocess killed with SIGKILL, two recomputes
+def test_after_a_run_killed_under_old_logic_the_new_logics_scheduler_recomputes_by_itself(spark, make_settings) -> None:
+    """`up` started again on changed pipeline code after a kill -9 in the middle of a run: the dead run reads as
+    interrupted and the old logic stays served; the scheduler of the new code recomputes by itself (nothing asked,
+    its hourly schedule's next tick an hour after the last good run) and serves the new logic, counts exact."""
+    settings = make_settings(batch_schedule="1h")
+    texts = ["The cat", "the dog sat", "a Cat sat"]
+    ingest_texts(settings, texts)
+    v1, v2 = load_pipeline("wordcount"), _WordCountV2()
+    assert v1.logic != v2.logic
+    first = run_now(spark, settings, v1, redis_url=settings.redis_url)
+    runs = registry(settings)
+    killed = runs.enqueue(trigger="api", force=True)
+    lock = RunLock.for_pipeline(settings.data_dir, settings.pipeline_slug)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(lock.path), settings.redis_url, "1.0"],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == killed.id
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+    interrupted = wait_for(lambda: (r := runs.get(killed.id)).status != "running" and r, timeout=10,
+                           what="the killed run's lease to expire")
+    assert interrupted.status == "failed" and interrupted.error.startswith("interrupted:")
+    client, keys = redis.Redis.from_url(settings.redis_url), Keys("wordcount")
+    assert generation_logic(client, keys, served_generation(settings)) == v1.logic
+
+    with scheduler_thread(spark, settings, pipeline=v2):
+        [run] = wait_for(lambda: [r for r in runs_with(runs, "succeeded") if r.id != first.id], timeout=120,
+                         what="the new logic's scheduler to recompute by itself")
+    assert run.trigger == "schedule" and not run.force and run.generation == served_generation(settings)
+    assert generation_logic(client, keys, run.generation) == v2.logic
+    position = json.loads(client.hget(keys.meta(run.generation), "measures:word_counts")).index("count")
+    stored = client.hgetall(keys.rows(run.generation, "word_counts"))
+    counts = {k.decode(): int(json.loads(v)[position]) for k, v in stored.items()}
+    assert counts == dict(Counter(w for t in texts for w in oracle.words(t)))
 
 
 # --- a failing run is recorded ------------------------------------------------------------------------
