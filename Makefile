@@ -51,7 +51,9 @@ lint: $(STAMP)  ## ruff, mypy and the layer contract (import-linter); .ci/run ru
 # work goes out in the conftest's costliest-first order (--no-loadscope-reorder keeps xdist from
 # putting the biggest group first instead). TEST_WORKERS=1 on a one-core machine.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# --cpu-durations: the 25 tests costing the run the most CPU (tests/support/cpu_durations.py), beside pyproject's
+# --durations (on two busy cores a test's wall time is mostly the other worker's work).
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --cpu-durations=25
 
 test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 18-20 minutes on 2 cores)
 	$(PYTEST)

@@ -21,7 +21,7 @@ from deploy.runtime.redis_cluster import LocalRedisCluster
 from deploy.settings import Settings, load_settings
 from tests.support.servers import ApiServer, RedisServer
 
-#: ``--cpu-durations=N`` (pyproject's addopts: every run) prints the tests costing the run the most CPU.
+#: ``--cpu-durations=N`` (the Makefile's test targets give 25) prints the tests costing the run the most CPU.
 pytest_plugins = ("tests.support.cpu_durations",)
 
 #: Every JVM the suite starts (its SparkSessions, the commands' and `up`'s, the Kafka broker, a standalone

@@ -128,7 +128,6 @@ def _speed_process(settings, env_extra: dict[str, str] | None = None) -> subproc
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-
 def test_a_replayed_micro_batch_and_a_killed_batch_run_stay_exact(spark, make_settings, api) -> None:
     """The speed layer fails right after a micro-batch's increments reached Redis, before Spark committed its
     offsets (where a kill -9 leaves it): the runner restarts the query, which replays that micro-batch under

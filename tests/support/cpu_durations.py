@@ -4,8 +4,10 @@ When every core is busy (the suite's two workers on two cores), much of a test's
 tests' work, and a test that mostly waits looks as costly as one that computes. Its CPU seconds are what
 it takes from the run. A test's CPU here is its worker process's and every descendant's: the JVMs,
 commands and servers it starts, the ones still running (read from /proc) and the ended ones their parents
-reaped (counted in the parents' children's times). A process orphaned by a kill -9 of its parent is missed.
-Linux only (/proc); elsewhere the table says so.
+reaped (counted in the parents' children's times); also what the worker's session-scoped processes (its
+SparkSession's JVM, the Kafka broker) do meanwhile. Processes orphaned by a kill -9 of their parent are missed,
+so a test that kills a whole process tree (the chaos test, a kill of `up`) reads low: the machine's own
+accounting (a cgroup around the run) is the check. Linux only (/proc); elsewhere the table says so.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ def _ingest(master: MasterDataset, path: Path, events: list[dict[str, object]]) 
     master.ingest_file(path)
 
 
-
 @pytest.mark.parametrize("fault", ["after-gold", "before-flip"])
 def test_killed_run_leaves_previous_generation_served(spark, make_settings, tmp_path: Path, fault: str) -> None:
     settings = make_settings(pipeline="payments")
