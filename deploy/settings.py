@@ -4,7 +4,8 @@ Every process reads its configuration here once (``get_settings``) and passes th
 jobs receive the values they need as arguments, never from import-time globals. Values come from
 ``LAMBDA_*`` environment variables, then an optional ``.env``-style file (``LAMBDA_ENV_FILE``, default
 ``./.env``), then the defaults below, which run on a fresh machine with nothing else installed. The
-Kafka settings are in ``deploy.kafka_settings``.
+Kafka settings are in ``deploy.kafka_settings``; where the tables, checkpoints and local files are, derived
+from these values, in ``deploy.locations``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 from deploy import setting_checks as check
 from deploy.errors import ConfigError
 from deploy.kafka_settings import KafkaSettings
+from deploy.locations import Locations
 from shared_logic.errors import SharedLogicError
 from shared_logic.registry import load_pipeline
 
-LOCAL_API_KEY_FILE = "local_api_key"
 
-
-class Settings(KafkaSettings):
+class Settings(Locations, KafkaSettings):
     """Configuration of one platform installation: one data dir, one or several pipelines.
 
     ``pipeline`` is the pipeline a one-pipeline command acts on; ``pipelines`` (when set) are all
@@ -228,58 +228,6 @@ class Settings(KafkaSettings):
     def _check_spark_master(cls, value: str) -> str:
         return check.spark_master(value)
 
-    @property
-    def tables_root(self) -> str:
-        """Where the Delta tables live: an absolute local path or an ``s3://`` URI."""
-        from batch_layer.master.object_store import table_uri
-
-        return table_uri(self.tables_uri or self.data_dir.resolve())
-
-    @property
-    def tables_on_object_store(self) -> bool:
-        from batch_layer.master.object_store import is_object_store
-
-        return is_object_store(self.tables_root)
-
-    def _pipeline_table(self, kind: str) -> str:
-        from batch_layer.master.object_store import join
-
-        return join(self.tables_root, kind, self.pipeline_slug)
-
-    @property
-    def master_uri(self) -> str:
-        """The pipeline's master dataset (one Delta table): a local path or an ``s3://`` URI."""
-        return self._pipeline_table("master")
-
-    @property
-    def dead_letters_uri(self) -> str:
-        """The pipeline's dead-letter table (``batch_layer.master.dead_letters``): a local path or an ``s3://`` URI."""
-        return self._pipeline_table("dead_letters")
-
-    @property
-    def event_ids_uri(self) -> str:
-        """The pipeline's event-id index (``batch_layer.master.event_ids``), for a pipeline declaring an event id."""
-        return self._pipeline_table("event_ids")
-
-    @property
-    def gold_uri(self) -> str:
-        """Folder of the pipeline's gold tables, one Delta table per view: a local path or an ``s3://`` URI."""
-        return self._pipeline_table("gold")
-
-    @property
-    def master_path(self) -> Path:
-        """The master dataset as a local folder (tables on a local folder only: ConfigError on object storage)."""
-        return self._local(self.master_uri)
-
-    @property
-    def gold_path(self) -> Path:  # the gold tables' folder as a local folder (tables on a local folder only)
-        return self._local(self.gold_uri)
-
-    def _local(self, uri: str) -> Path:
-        if self.tables_on_object_store:
-            raise ConfigError(f"the tables are on object storage ({uri}): use the URI, not a local path")
-        return Path(uri)
-
     def object_store_env(self) -> dict[str, str]:
         """The AWS variables delta-rs, pyarrow and S3A read, from LAMBDA_S3_* (secret in clear: never for output)."""
         env = {"AWS_ENDPOINT_URL": self.s3_endpoint_url, "AWS_REGION": self.s3_region,
@@ -288,20 +236,6 @@ class Settings(KafkaSettings):
         if self.s3_endpoint_url and self.s3_endpoint_url.startswith("http://"):
             env["AWS_ALLOW_HTTP"] = "true"  # object_store (delta-rs) refuses plain HTTP endpoints without it
         return {name: value for name, value in env.items() if value}
-
-    @property
-    def speed_checkpoint_path(self) -> Path:
-        """The speed layer's streaming checkpoint (offsets = master versions)."""
-        return self.data_dir.resolve() / "checkpoints" / self.pipeline_slug / "speed"
-
-    @property
-    def kafka_checkpoint_path(self) -> Path:
-        """The Kafka ingest query's checkpoint (offsets = Kafka offsets; its id names the master's transactions)."""
-        return self.data_dir.resolve() / "checkpoints" / self.pipeline_slug / "kafka-ingest"
-
-    @property
-    def redis_dir(self) -> Path:
-        return self.data_dir.resolve() / "redis"
 
     @property
     def api_url(self) -> str:
@@ -317,15 +251,6 @@ class Settings(KafkaSettings):
             return "/v1"
         return f"/v1/pipelines/{load_pipeline(self.pipeline).name}"
 
-    @property
-    def local_api_key_path(self) -> Path:
-        """The local API key ``up`` (and ``serve``) make when LAMBDA_API_KEYS is unset (0600)."""
-        return self.data_dir.resolve() / LOCAL_API_KEY_FILE
-
-    @property
-    def pipeline_slug(self) -> str:
-        """The pipeline setting as a safe folder / key name (dotted paths keep their dots)."""
-        return self.pipeline.replace("/", "_")
 
 
 def load_settings(**overrides: object) -> Settings:
