@@ -1,10 +1,12 @@
 """`lambda-platform up`: the whole platform on one machine, as supervised child processes.
 
 Order: the embedded Redis (unless LAMBDA_REDIS_URL is set), then, on a fresh data dir, the master
-dataset (with sample events for a built-in pipeline, empty for one's own) and a first recompute
-when it holds events, then the API, the speed layer, the batch scheduler and the demo traffic. An
-empty master is no error: the API answers 503 "nothing published yet" until events arrive, and
-the scheduler publishes the first generation as soon as they do. Everything a part needs comes
+dataset (with sample events for a built-in pipeline, empty for one's own), then the API, the speed
+layer, the batch scheduler and the demo traffic, all at once. The first generation is the
+scheduler's: while nothing is served and the master holds events it recomputes at once (and again
+after a failure), so a fresh platform needs no Spark of `up`'s own, and the speed layer's JVM starts
+beside that first recompute rather than after it. Until it is published (or while the master is
+empty) the API answers 503 "nothing published yet". Everything a part needs comes
 through its environment (LAMBDA_*, every setting as this process resolved it), so each child is
 exactly the command a user could run by hand. Running `up` again on the same data dir resumes:
 Delta tables, the Redis AOF and the streaming checkpoint are all under it.
@@ -17,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -85,7 +86,7 @@ def command_hint() -> str:
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
     """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status.
 
-    However it ends (stopped, a failed first recompute, Ctrl-C or SIGTERM while starting), every
+    However it ends (stopped, a part that cannot start, Ctrl-C or SIGTERM while starting), every
     child it started is stopped, and the line saying so names exactly those.
     """
     # Before any child starts: refuse an event model a master dataset cannot follow (SchemaChangeError,
@@ -104,13 +105,11 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         if not settings.redis_url:  # one of the embedded Redis's users: no other command stops it under us
             held.enter_context(redis_user(settings.redis_dir))
         try:
-            if not _start(supervisor, settings, masters, redis_url, env, logs, console,
-                          generate_traffic=generate_traffic):
-                return 1
+            _start(supervisor, settings, masters, redis_url, env, logs, console, generate_traffic=generate_traffic)
             stop = stop_on_signals()  # before the banner: a stop asked the moment it says "Ctrl-C" is a clean one
             default = masters[settings.pipeline_names[0]]
             _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url,
-                    empty=not default.holds_data())
+                    empty=not default.holds_data(), unserved=_unserved(masters, redis_url))
             while not stop.is_set():
                 supervisor.watch_once()
                 stop.wait(0.5)
@@ -123,9 +122,8 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
 
 
 def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, MasterDataset], redis_url: str,
-           env: dict[str, str], logs: Path, console: Console, *, generate_traffic: bool) -> bool:
-    """Start Redis (embedded, unless running or configured), the first recomputes, then the other parts;
-    False when a first recompute failed."""
+           env: dict[str, str], logs: Path, console: Console, *, generate_traffic: bool) -> None:
+    """Start Redis (embedded, unless running or configured), fill fresh master datasets, then the other parts."""
     if not settings.redis_url and not ping(redis_url):
         private_dir(settings.redis_dir)
         redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log",
@@ -134,11 +132,9 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
         redis.start()
         wait_for_redis(redis_url, 15, settings.redis_dir / "redis.log")
 
-    for name, master in masters.items():
+    for master in masters.values():
         if not master.holds_data():
             _fresh_master(master, console)
-        if not _first_recompute(name, master, redis_url, env, logs, console):
-            return False
 
     parts = [("api", ["serve"]), ("speed", ["speed", "run"]), ("scheduler", ["batch", "schedule"])]
     if settings.kafka_bootstrap is not None:
@@ -152,7 +148,6 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
         child = Child(name, [*_CLI, *args], env, logs / f"{name}.log")
         supervisor.children.append(child)
         child.start()
-    return True
 
 
 def _start_kafka_broker(supervisor: Supervisor, settings: Settings, env: dict[str, str], logs: Path,
@@ -209,21 +204,6 @@ def stopping(children: list[Child]) -> str:
     return ", ".join(dict.fromkeys(f"{name}s" if name in several else name for name in names))
 
 
-def _first_recompute(name: str, master: MasterDataset, redis_url: str, env: dict[str, str], logs: Path,
-                     console: Console) -> bool:
-    """A pipeline with events and no served generation gets its first recompute now; False when it failed."""
-    store = PipelineStore(redis_client(redis_url), Keys(master.pipeline.name))
-    if store.served_generation() is not None or not master.holds_data():
-        return True
-    with console.status(f"first batch recompute of {master.pipeline.name} (starting Spark)"), \
-            os.fdopen(os.open(logs / "batch.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        first = subprocess.run([*_CLI, "--pipeline", name, "batch", "run"], env=env, stdout=out,
-                               stderr=subprocess.STDOUT)
-    if first.returncode != 0:
-        console.print(f"[red]the first batch recompute of {master.pipeline.name} failed[/]; see {logs / 'batch.log'}")
-    return first.returncode == 0
-
-
 def _fresh_master(master: MasterDataset, console: Console) -> None:
     """Create the master dataset; a built-in pipeline's gets its sample events."""
     events = sample_events(master.pipeline.name)
@@ -237,9 +217,20 @@ def _fresh_master(master: MasterDataset, console: Console) -> None:
     console.print(f"loaded {result.events} sample events into a new master dataset (version {result.version})")
 
 
+def _unserved(masters: dict[str, MasterDataset], redis_url: str) -> list[str]:
+    """The pipelines whose master holds events and which serve no generation yet (the scheduler's first run)."""
+    return [master.pipeline.name for master in masters.values() if master.holds_data()
+            and PipelineStore(redis_client(redis_url), Keys(master.pipeline.name)).served_generation() is None]
+
+
 def _banner(console: Console, settings: Settings, view: str, key: str | None, logs: Path, redis_url: str,
-            *, empty: bool) -> None:
+            *, empty: bool, unserved: list[str]) -> None:
     base = f"http://{settings.http_host}:{settings.http_port}"
+    if unserved:
+        console.print(
+            f"\nThe batch scheduler is computing the first generation of {', '.join(unserved)} now (Spark starts "
+            f"first; see {logs / 'scheduler.log'}): until it is served, in a minute or so, the API answers 503 "
+            "(nothing published yet).", soft_wrap=True)
     if empty:
         auth = f'-H "Authorization: Bearer {key}" ' if key else '-H "Authorization: Bearer <key>" '
         console.print(
