@@ -146,19 +146,21 @@ def run_per_pipeline_app(settings: Settings, args: argparse.Namespace, role: str
     with _redis(settings) as redis_url:
         spark = _spark(settings, args, application_name(role, settings), role, packages)
         stop = stop_on_signals()
-        watch = _watch_code(settings, stop)
+        watch = watch_code(settings, stop)
         run_per_pipeline(settings, lambda own, pipeline, stop: loop(
             spark, own, pipeline, redis_url=redis_url, stop=stop), stop, what=what)
-    return _stopped(what, watch)
+    return stopped(what, watch)
 
 
-def _watch_code(settings: Settings, stop: threading.Event) -> CodeWatch:
+def watch_code(settings: Settings, stop: threading.Event) -> CodeWatch:
+    """Set ``stop`` once a module of one of the settings' pipelines changes on disk (``CodeWatch``)."""
     from shared_logic.registry import load_pipeline
 
     return CodeWatch([load_pipeline(name) for name in settings.pipeline_names], stop).start()
 
 
-def _stopped(what: str, watch: CodeWatch) -> int:
+def stopped(what: str, watch: CodeWatch) -> int:
+    """Say why ``what`` stopped; ``EXIT_CODE_CHANGED`` (restart me on the new code) when its pipeline code changed."""
     if watch.changed is None:
         console.print(f"{what} stopped")
         return EXIT_OK

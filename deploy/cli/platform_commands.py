@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import threading
+from typing import Any
 
 from deploy.cli.exits import EXIT_FAILED, EXIT_OK
+from deploy.cli.layer_commands import stopped, watch_code
 from deploy.data_dir import with_api_keys
 from deploy.runtime.signals import stop_on_signals
 from deploy.settings import Settings
@@ -20,15 +23,29 @@ from deploy.terminal import console, out, progress
 log = logging.getLogger("lambda_platform")
 
 
-def _serve(settings: Settings, redis_url: str) -> None:
+def _serve(settings: Settings, redis_url: str) -> int:
+    """Serve until a signal, or until a pipeline module changes on disk: the app holds the pipelines it imported
+    (their views, their logic), so it stops then (``EXIT_CODE_CHANGED``) and `up` starts it on the new code, as
+    it does the speed layer and the scheduler (``deploy.supervision.code_watch``)."""
     import uvicorn
 
     from serving.api.app import create_app
     from serving.api.http_protocol import JsonErrorHttpProtocol
 
     app = create_app(settings, redis_url=redis_url)
-    uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_level="info", access_log=False,
-                http=JsonErrorHttpProtocol)  # a URL over uvicorn's limit gets the JSON error shape too
+    # JsonErrorHttpProtocol: a URL over uvicorn's limit gets the JSON error shape too
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_level="info",
+                                           access_log=False, http=JsonErrorHttpProtocol))
+    changed = threading.Event()
+    watch = watch_code(settings, changed)
+    threading.Thread(target=_exit_when, args=(changed, server), name="code-change-exit", daemon=True).start()
+    server.run()  # uvicorn's own SIGINT/SIGTERM handling: a graceful shutdown
+    return stopped("API", watch)
+
+
+def _exit_when(changed: threading.Event, server: Any) -> None:
+    changed.wait()
+    server.should_exit = True  # uvicorn's loop looks at it every tick and shuts down gracefully
 
 
 def serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -39,8 +56,7 @@ def serve(settings: Settings, args: argparse.Namespace) -> int:
         log.info("API key: the local key in %s (scopes read, ingest, admin); LAMBDA_API_KEYS overrides it",
                  settings.local_api_key_path)
     with redis_for(settings.redis_url, settings.data_dir) as redis_url:  # embedded unless LAMBDA_REDIS_URL
-        _serve(settings, redis_url)
-    return EXIT_OK
+        return _serve(settings, redis_url)
 
 
 def up(settings: Settings, args: argparse.Namespace) -> int:

@@ -1,11 +1,14 @@
-"""A user's pipeline changed under `up`: recomputed by itself, served by itself, never mixed.
+"""A user's pipeline edited while `up` runs: recomputed by itself, served by itself, never mixed.
 
 A word-count module of the user's, v1 (words as written; views ``word_counts`` and ``first_letters``),
-runs under `up` with events posted over HTTP. `up` is stopped, the module is replaced by v2 (words
+runs under `up` with events posted over HTTP. While it runs, the module is replaced by v2 (words
 lower-cased; ``word_counts``, a new ``word_lengths``, a new sliding view ``words_last_hour`` and a new
-session view ``word_sessions``, a 1 s gap and four sessions kept a word; no ``first_letters``), and `up`
-starts again. Nobody runs a batch recompute by hand (the schedule is an hour): `up` recomputes under v2 by
-itself. Each post's events carry event times in two groups seconds apart (or none: the ingest time), so each
+session view ``word_sessions``, a 1 s gap and four sessions kept a word; no ``first_letters``). The API,
+the speed layer and the scheduler each see the file change and stop, `up` starts them on v2's code
+(``deploy.supervision.code_watch``), and nobody runs a batch recompute by hand (the schedule is an hour):
+the scheduler recomputes under v2 by itself. (`up` stopped and started again on changed code starts every
+part on it from the first: the scheduler side of that, a new logic's scheduler recomputing by itself, is
+``tests/deploy/scheduling/test_scheduler.py``.) Each post's events carry event times in two groups seconds apart (or none: the ingest time), so each
 word gets two sessions or so a post.
 
 A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
@@ -42,7 +45,7 @@ import pytest
 
 from tests import oracle
 from tests.support import free_port, window_oracle
-from tests.support.platform import KEY, stop_up, wait_up
+from tests.support.platform import KEY, wait_up
 from tests.support.window_checks import MICROS, micros, rows, spans, word_times
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform]
@@ -119,7 +122,7 @@ def expected(texts: list[str], lowered: bool) -> dict[str, Counter[str]]:
 
 
 class Platform:
-    """`up` on one data dir, started and stopped (or killed) by the test."""
+    """`up` on one data dir, started and killed by the test."""
 
     def __init__(self, folder: Path) -> None:
         self.folder, self.port = folder, free_port()
@@ -140,10 +143,6 @@ class Platform:
         log = (self.folder.parent / "up.log").open("ab")
         self.process = subprocess.Popen([sys.executable, "-m", "deploy.cli", "up", "--no-generate"],
                                         cwd=self.folder, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        assert self.process is not None
-        stop_up(self.process, self.port)
 
     def kill(self) -> None:
         """SIGKILL `up` and every process under it (each child leads a session of its own)."""
@@ -221,10 +220,9 @@ def test_a_changed_pipeline_is_recomputed_and_served_by_up_never_mixed(tmp_path:
         wait_up(lambda: _version(http) >= _latest(master), "v1's speed layer", 300)
         # (on a loaded machine the reader's first answers may come after the catch-up: v1 must be in them)
         wait_up(lambda: any(logic == v1 for *_, logic, _ in list(seen)), "the reader's first answer under v1", 120)
-        platform.stop()
 
-        platform.start(V2_SOURCE)
-        wait_up(lambda: http.get("/v1/views").json()["logic"] != v1, "`up` with v2's code")
+        (folder / "mywords.py").write_text(V2_SOURCE)  # edited in place, `up` running
+        wait_up(lambda: http.get("/v1/views").json()["logic"] != v1, "the API restarted by `up` on v2's code")
         v2 = http.get("/v1/views").json()["logic"]
         post(20)
         wait_up(lambda: _converged(http, v2), "v2 recomputed by `up` itself, served, nothing pending", 600)
