@@ -89,14 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "realtime segments in Redis, exactly once. Resumes from its checkpoint under the data dir.")
     speed_run.set_defaults(handler=layer_commands.speed_run)
 
-    serve = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn)")
+    serve = sub.add_parser("serve", help="run the HTTP API (FastAPI + uvicorn)",
+                           description="Serve the HTTP API until Ctrl-C or SIGTERM, or until a pipeline's module "
+                                       "changes on disk: then it exits with status 75 so that its supervisor (`up`, "
+                                       "Kubernetes, compose) starts it on the new code.")
     http_options(serve, "bind")
     serve.set_defaults(handler=platform_commands.serve)
 
     up = sub.add_parser("up", help="start the whole platform locally (what `make run` runs)",
                         description="Start the embedded Redis (unless LAMBDA_REDIS_URL is set), the API, the speed "
                                     "layer, the batch scheduler and demo traffic as supervised child processes. A "
-                                    "fresh data dir gets sample events, and the scheduler's first recompute serves them. Ctrl-C or SIGTERM "
+                                    "fresh data dir gets sample events, and the scheduler's first recompute serves them. An edited "
+                                    "pipeline module restarts the parts that run it. Ctrl-C or SIGTERM "
                                     "stops everything; `up` again on the same data dir resumes with nothing lost.")
     http_options(up, "bind the API to")
     up.add_argument("--no-generate", action="store_true", help="no demo traffic")

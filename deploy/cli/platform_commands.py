@@ -21,6 +21,9 @@ from deploy.settings import Settings
 from deploy.terminal import console, out, progress
 
 log = logging.getLogger("lambda_platform")
+#: Seconds a stopping API waits for requests in flight (a stalled export stream) before it closes them: a code
+#: change must not leave the old API holding the port, refusing connections, for as long as a client stalls.
+_GRACE_SECONDS = 15
 
 
 def _serve(settings: Settings, redis_url: str) -> int:
@@ -35,11 +38,15 @@ def _serve(settings: Settings, redis_url: str) -> int:
     app = create_app(settings, redis_url=redis_url)
     # JsonErrorHttpProtocol: a URL over uvicorn's limit gets the JSON error shape too
     server = uvicorn.Server(uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_level="info",
-                                           access_log=False, http=JsonErrorHttpProtocol))
+                                           access_log=False, http=JsonErrorHttpProtocol,
+                                           timeout_graceful_shutdown=_GRACE_SECONDS))
     changed = threading.Event()
     watch = watch_code(settings, changed)
     threading.Thread(target=_exit_when, args=(changed, server), name="code-change-exit", daemon=True).start()
-    server.run()  # uvicorn's own SIGINT/SIGTERM handling: a graceful shutdown
+    try:
+        server.run()  # uvicorn's own SIGINT/SIGTERM handling: a graceful shutdown
+    except KeyboardInterrupt:  # uvicorn raises Ctrl-C again once shut down (as uvicorn.run, swallowed: exit 0)
+        pass
     return stopped("API", watch)
 
 

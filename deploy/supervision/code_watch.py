@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The exit status of a process stopped because its pipeline code changed (the supervisor restarts it).
-EXIT_CODE_CHANGED = 3
+#: The exit status of a process stopped because its pipeline code changed (the supervisor restarts it, and does not
+#: count it as a failure). BSD's EX_TEMPFAIL ("try again"): not 3, which uvicorn exits with when it cannot start
+#: (its port in use), a failure the supervisor must count.
+EXIT_CODE_CHANGED = 75
 #: Seconds between looks at the files (one stat and, when it moved, one read per module).
 POLL_SECONDS = 2.0
 

@@ -33,6 +33,7 @@ from deploy.demo.samples import SAMPLES, sample_events
 from deploy.errors import KafkaBrokerError
 from deploy.runtime.redis_server import UMASK, embedded_redis_argv, embedded_redis_url, ping, redis_user, wait_for_redis
 from deploy.runtime.signals import signals_held, stop_on_signals
+from deploy.scheduling.scheduler import UNSERVED_RETRY_SECONDS
 from deploy.settings import Settings
 from deploy.supervision.supervisor import Child, Supervisor
 from serving.store.connection import redis_client
@@ -84,7 +85,7 @@ def command_hint() -> str:
 
 
 def run_platform(settings: Settings, *, generate_traffic: bool, console: Console) -> int:
-    """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status.
+    """Run every part, for every pipeline of ``settings``, until SIGINT/SIGTERM; returns the exit status (0: stopped).
 
     However it ends (stopped, a part that cannot start, Ctrl-C or SIGTERM while starting), every
     child it started is stopped, and the line saying so names exactly those.
@@ -230,7 +231,9 @@ def _banner(console: Console, settings: Settings, view: str, key: str | None, lo
         console.print(
             f"\nThe batch scheduler is computing the first generation of {', '.join(unserved)} now (Spark starts "
             f"first; see {logs / 'scheduler.log'}): until it is served, in a minute or so, the API answers 503 "
-            "(nothing published yet).", soft_wrap=True)
+            f"(nothing published yet). A run that fails is tried again every {UNSERVED_RETRY_SECONDS:.0f} s; `status` "
+            "shows its error.",
+            soft_wrap=True)
     if empty:
         auth = f'-H "Authorization: Bearer {key}" ' if key else '-H "Authorization: Bearer <key>" '
         console.print(

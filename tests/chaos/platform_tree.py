@@ -29,7 +29,7 @@ import psutil
 
 #: Roles of the supervised children, as the harness names them.
 CHILD_ROLES = ("redis", "api", "speed", "scheduler")
-_CLI_ROLES = {("serve",): "api", ("speed", "run"): "speed", ("batch", "schedule"): "scheduler", ("batch", "run"): "first-run"}
+_CLI_ROLES = {("serve",): "api", ("speed", "run"): "speed", ("batch", "schedule"): "scheduler"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = "CHAOS_RUN"
 
@@ -123,7 +123,7 @@ class UpTree:
         return self.config.data_dir.resolve() / "redis"
 
     def role(self, proc: psutil.Process) -> str | None:
-        """'up', a child role (CHILD_ROLES or 'first-run'), or None for helpers (JVMs, workers)."""
+        """'up', a child role (CHILD_ROLES), or None for helpers (JVMs, workers)."""
         try:
             if self.process is not None and proc.pid == self.process.pid:
                 return "up"

@@ -7,6 +7,9 @@
   group, as a terminal sends it), SIGTERM, or done (tests/deploy/cli/test_cli.py). While another
   command uses it, it stays up.
 * `up --no-generate` names only the parts it runs when it stops.
+* `serve` ends with 0 on Ctrl-C, and with EXIT_CODE_CHANGED (a planned restart, not a failure) when its
+  pipeline's module changes on disk: it answers with the views and logic it imported, so a supervisor starts it
+  on the new code (under `up`: tests/deploy/supervision/test_up_logic_change.py).
 * Ctrl-C or SIGTERM raised inside a `__del__` (Python prints such an exception and drops it) comes again.
 
 A deprecated Spark setting (`spark.cache.class`) makes the JVM print one known WARN line at start.
@@ -27,11 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import httpx
 import psutil
 import pytest
 import redis
 
 from deploy.runtime.redis_server import embedded_redis, embedded_redis_url, ping, stop_embedded_redis
+from deploy.supervision.code_watch import EXIT_CODE_CHANGED
 from deploy.supervision.launcher import stopping
 from deploy.supervision.supervisor import Child
 from tests.support import CLI, CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, wait_for
@@ -134,6 +139,31 @@ def test_sigterm_as_soon_as_its_redis_answers_stops_it(tmp_path: Path) -> None:
         assert run.process.returncode == 143, said
         assert "terminated" in said
         wait_for(lambda: _gone(pid), "the embedded Redis to stop after SIGTERM", 60)
+
+
+@pytest.mark.slow  # two API starts, over 2.5 s: the full tier (the quick tier has a 3-minute budget)
+def test_serve_ends_0_on_ctrl_c_and_asks_for_a_restart_when_its_pipeline_module_changes(tmp_path: Path) -> None:
+    (tmp_path / "user_pipes").mkdir()
+    (tmp_path / "user_pipes" / "__init__.py").write_text("")
+    module = tmp_path / "user_pipes" / "clicks.py"
+    module.write_text(CLICKS_PIPELINE)
+    port = free_port()
+    env = _env(tmp_path, LAMBDA_PIPELINE="user_pipes.clicks", LAMBDA_HTTP_PORT=str(port),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path.cwd()), os.environ.get("PYTHONPATH", "")]))
+
+    def serving() -> bool:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+
+    for cause, code in (("ctrl-c", 0), ("edit", EXIT_CODE_CHANGED)):
+        with _command(env, "serve") as run:
+            wait_for(serving, "the API", 120, ignoring=(httpx.TransportError,))
+            if cause == "ctrl-c":
+                os.killpg(run.process.pid, signal.SIGINT)
+            else:
+                module.write_text(CLICKS_PIPELINE + "\n# edited\n")
+            said = run.said(120)
+            assert run.process.returncode == code, (cause, said)
+        assert ("changed on disk" in said) == (cause == "edit"), said
 
 
 @pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
