@@ -37,12 +37,15 @@ def _bindable(port: int) -> bool:
 #: Node ports: their cluster bus ports (+10000) stay below Linux's default ephemeral range (32768-60999), where
 #: any process's outgoing connection may take a port between the check and Redis's bind.
 _PORTS = (20_000, 22_767)
+#: Its own generator: the global one may be seeded alike in two processes (test runners do), which then draw the
+#: same ports.
+_RANDOM = random.Random()
 
 
 def _free_port() -> int:
     """A port whose cluster bus port (+10000) is free too (both below the ephemeral range)."""
     for _ in range(1000):
-        port = random.randint(*_PORTS)
+        port = _RANDOM.randint(*_PORTS)
         if _bindable(port) and _bindable(port + 10_000):
             return port
     raise RuntimeError(f"no free port pair (port, port + 10000) found for ports {_PORTS[0]}-{_PORTS[1]}")
@@ -85,7 +88,8 @@ class LocalRedisCluster:
 
     def _start_node(self, attempts: int = 5) -> int:
         """Start a node on a free port pair; its port. A node that exits at once (a port of its pair taken
-        since it was checked: Redis aborts on a failed bind) starts again on another pair."""
+        since it was checked: Redis aborts on a failed bind) starts again on another pair. The node answering must
+        be this one (its process id): another process's node that took the port meanwhile answers too."""
         for _ in range(attempts):
             port = _free_port()
             folder = self.workdir / str(port)
@@ -99,9 +103,10 @@ class LocalRedisCluster:
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and process.poll() is None:
                 try:
-                    if redis.Redis(port=port).ping():
+                    if redis.Redis(port=port).info("server")["process_id"] == process.pid:
                         self.processes[port] = process
                         return port
+                    time.sleep(0.05)  # another's node: ours fails to bind and exits
                 except redis.ConnectionError:
                     time.sleep(0.05)
             if process.poll() is None:  # alive but not answering: not a port clash
