@@ -71,20 +71,29 @@ class LocalRedisCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
     def start(self, wait_seconds: float = 60.0) -> LocalRedisCluster:
+        """Start the nodes and form the cluster; a start that fails stops every node it started."""
         if self.masters < 3:
             raise ValueError(f"a Redis Cluster needs at least 3 masters, not {self.masters}")
-        self.ports = [self._start_node() for _ in range(self.masters * (1 + self.replicas))]
+        try:
+            self._form(wait_seconds)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("Redis Cluster of %d masters, %d replicas each, on ports %s", self.masters, self.replicas, self.ports)
+        return self
+
+    def _form(self, wait_seconds: float) -> None:
+        self.ports = []
+        for _ in range(self.masters * (1 + self.replicas)):
+            self.ports.append(self._start_node())
         cli = redis_binary().with_name("redis-cli")
         create = [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
                   "--cluster-replicas", str(self.replicas), "--cluster-yes"]
         done = subprocess.run(create, capture_output=True, text=True, timeout=wait_seconds)
         if done.returncode != 0:
-            self.stop()
             raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         self.wait_ok(wait_seconds)
         self._wait_replicas_online(wait_seconds)
-        log.info("Redis Cluster of %d masters, %d replicas each, on ports %s", self.masters, self.replicas, self.ports)
-        return self
 
     def _start_node(self, attempts: int = 5) -> int:
         """Start a node on a free port pair; its port. A node that exits at once (a port of its pair taken

@@ -50,3 +50,15 @@ def test_a_node_whose_port_another_redis_took_is_not_mistaken_for_its_own(
     finally:
         cluster.stop()
         other.stop()
+
+
+@pytest.mark.slow  # three Redis starts: the full tier (the quick tier has a 3-minute budget)
+def test_a_start_that_fails_stops_every_node_it_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_ok(self: LocalRedisCluster, wait_seconds: float = 60.0) -> None:
+        raise RuntimeError("not ok")
+
+    monkeypatch.setattr(LocalRedisCluster, "wait_ok", not_ok)
+    cluster = LocalRedisCluster(tmp_path / "cluster", masters=3)
+    with pytest.raises(RuntimeError, match="not ok"):
+        cluster.start()
+    assert len(cluster.processes) == 3 and all(p.poll() is not None for p in cluster.processes.values())
