@@ -99,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the whole platform locally (what `make run` runs)",
                         description="Start the embedded Redis (unless LAMBDA_REDIS_URL is set), the API, the speed "
                                     "layer, the batch scheduler and demo traffic as supervised child processes. A "
-                                    "fresh data dir gets sample events, and the scheduler's first recompute serves them. An edited "
-                                    "pipeline module restarts the parts that run it. Ctrl-C or SIGTERM "
-                                    "stops everything; `up` again on the same data dir resumes with nothing lost.")
+                                    "fresh data dir gets sample events, and the scheduler's first recompute serves "
+                                    "them. An edited pipeline module restarts the parts that run it. Ctrl-C or "
+                                    "SIGTERM stops everything; `up` again on the same data dir resumes with nothing "
+                                    "lost.")
     http_options(up, "bind the API to")
     up.add_argument("--no-generate", action="store_true", help="no demo traffic")
     up.set_defaults(handler=platform_commands.up)

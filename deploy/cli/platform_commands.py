@@ -11,7 +11,7 @@ import argparse
 import json
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from deploy.cli.exits import EXIT_FAILED, EXIT_OK
 from deploy.cli.layer_commands import stopped, watch_code
@@ -19,6 +19,9 @@ from deploy.data_dir import with_api_keys
 from deploy.runtime.signals import stop_on_signals
 from deploy.settings import Settings
 from deploy.terminal import console, out, progress
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("lambda_platform")
 #: Seconds a stopping API waits for requests in flight (a stalled export stream) before it closes them: a code
@@ -50,7 +53,7 @@ def _serve(settings: Settings, redis_url: str) -> int:
     return stopped("API", watch)
 
 
-def _exit_when(changed: threading.Event, server: Any) -> None:
+def _exit_when(changed: threading.Event, server: uvicorn.Server) -> None:
     changed.wait()
     server.should_exit = True  # uvicorn's loop looks at it every tick and shuts down gracefully
 

@@ -83,9 +83,7 @@ class LocalRedisCluster:
         return self
 
     def _form(self, wait_seconds: float) -> None:
-        self.ports = []
-        for _ in range(self.masters * (1 + self.replicas)):
-            self.ports.append(self._start_node())
+        self.ports = [self._start_node() for _ in range(self.masters * (1 + self.replicas))]
         cli = redis_binary().with_name("redis-cli")
         create = [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
                   "--cluster-replicas", str(self.replicas), "--cluster-yes"]

@@ -9,8 +9,8 @@ new logic's next generation, so that generation could not be served until it res
 So the speed layer, the scheduler and the API watch the files of their pipelines' modules (the API
 answers with the views and the logic it imported: a new view, which logic is pending). When one
 changes, ``CodeWatch`` sets the process's stop event: the process finishes the step in hand (a
-micro-batch, a recompute, the requests in flight) and exits with ``EXIT_CODE_CHANGED``; under `up` the supervisor starts
-it again on the new code, and every process converges on one logic, which the scheduler then
+micro-batch, a recompute, the requests in flight) and exits with ``EXIT_CODE_CHANGED``; under `up`
+the supervisor starts it again on the new code, and every process converges on one logic, which the scheduler then
 recomputes. Run by hand, the exit message says to start it again.
 """
 

@@ -220,8 +220,9 @@ def _fresh_master(master: MasterDataset, console: Console) -> None:
 
 def _unserved(masters: dict[str, MasterDataset], redis_url: str) -> list[str]:
     """The pipelines whose master holds events and which serve no generation yet (the scheduler's first run)."""
+    client = redis_client(redis_url)
     return [master.pipeline.name for master in masters.values() if master.holds_data()
-            and PipelineStore(redis_client(redis_url), Keys(master.pipeline.name)).served_generation() is None]
+            and PipelineStore(client, Keys(master.pipeline.name)).served_generation() is None]
 
 
 def _banner(console: Console, settings: Settings, view: str, key: str | None, logs: Path, redis_url: str,

@@ -8,8 +8,8 @@ the speed layer and the scheduler each see the file change and stop, `up` starts
 (``deploy.supervision.code_watch``), and nobody runs a batch recompute by hand (the schedule is an hour):
 the scheduler recomputes under v2 by itself. (`up` stopped and started again on changed code starts every
 part on it from the first: the scheduler side of that, a new logic's scheduler recomputing by itself, is
-``tests/deploy/scheduling/test_scheduler.py``.) Each post's events carry event times in two groups seconds apart (or none: the ingest time), so each
-word gets two sessions or so a post.
+``tests/deploy/scheduling/test_scheduler.py``.) Each post's events carry event times in two groups seconds
+apart (or none: the ingest time), so each word gets two sessions or so a post.
 
 A reader thread asks for keys over HTTP all along. The oracle is plain Python over the master
 dataset's events at the version an answer names (read from the Delta table by ``tests.oracle``):
