@@ -26,11 +26,14 @@ pytest_plugins = ("tests.support.cpu_durations",)
 
 #: Every JVM the suite starts (its SparkSessions, the commands' and `up`'s, the Kafka broker, a standalone
 #: cluster's) compiles with C1 only: they live seconds to minutes, too short for C2's compile work to pay
-#: back on 2 cores (about a fifth less CPU: benchmarks/RESULTS.md, "The suite"). Set before any JVM starts;
-#: every child process inherits it, whatever LAMBDA_* settings a test hands its children.
-_C1_ONLY = "-XX:TieredStopAtLevel=1"
-if _C1_ONLY not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {_C1_ONLY}".strip()
+#: back on 2 cores (about a fifth less CPU: benchmarks/RESULTS.md, "The suite"). C1 alone shrinks the JIT's
+#: code cache to 48 MB, which a worker's session SparkSession fills within minutes; its sweeper then evicts
+#: compiled code for C1 to compile again (45 CPU-s of sweeping in run 39), so the cache gets the tiered
+#: default's 240 MB back. Set before any JVM starts; every child process inherits it, whatever LAMBDA_*
+#: settings a test hands its children.
+_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+if _JIT_OPTIONS not in os.environ.get("JAVA_TOOL_OPTIONS", ""):
+    os.environ["JAVA_TOOL_OPTIONS"] = f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {_JIT_OPTIONS}".strip()
 
 #: Resource markers set from the fixtures a test takes (Beam's ``uses_*`` style); the ones a fixture
 #: cannot tell (a JVM in a subprocess, a whole ``up`` tree, a standalone Spark cluster) are set by
