@@ -30,7 +30,7 @@ from deploy.settings import load_settings
 from tests.chaos.faults import FAULT_KINDS, FaultPlan
 from tests.chaos.harness import ChaosConfig, run_chaos
 from tests.chaos.platform_tree import UpTree
-from tests.support import free_port
+from tests.support import free_port, web
 from tests.support.browser import field, load, raw, values
 from tests.support.platform import wait_up
 from tests.support.readme import bash_blocks, commands
@@ -151,4 +151,4 @@ def test_up_as_a_newcomer_runs_it_then_loses_nothing_under_every_kind_of_fault(
     assert result.stop_seconds is not None and result.up_exit_code == 0, f"up exited {result.up_exit_code} on SIGTERM"
     assert not result.left_running, f"up exited and left these running: {result.left_running}"
     with pytest.raises(httpx.TransportError):
-        httpx.get(f"{trees[0].base_url}/healthz", timeout=2)
+        web.get(f"{trees[0].base_url}/healthz", timeout=2)

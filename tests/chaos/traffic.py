@@ -28,6 +28,7 @@ import httpx
 from tests.chaos import report
 from tests.chaos.ledger import IngestRequest, Ledger
 from tests.chaos.report import Findings
+from tests.support import web
 
 #: Words the writers use; Zipf-weighted, so a few are frequent and many are rare.
 VOCABULARY: tuple[str, ...] = ("the", "café", "日本語", "naïve", *(f"chaos{i:03d}" for i in range(196)))
@@ -40,7 +41,7 @@ _TRANSIENT = (httpx.TransportError,)
 
 
 def client(base_url: str, api_key: str, timeout: float = 30.0) -> httpx.Client:
-    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+    return web.client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
 
 
 class Writer(threading.Thread):

@@ -17,7 +17,7 @@ import pytest
 
 from deploy.data_dir import local_api_key
 from deploy.settings import load_settings
-from tests.support import free_port
+from tests.support import free_port, web
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def _wait_healthy(base: str, process: subprocess.Popen[str]) -> None:
     while True:
         assert process.poll() is None, process.communicate()[1]
         try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+            if web.get(f"{base}/healthz", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -46,11 +46,11 @@ def test_serve_and_generate_use_the_local_key_up_made(tmp_path: Path, redis_url:
     try:
         _wait_healthy(base, server)
         auth = {"Authorization": f"Bearer {key}"}
-        accepted = httpx.post(f"{base}/v1/events", json=[{"text": "a local key"}], headers=auth, timeout=30)
+        accepted = web.post(f"{base}/v1/events", json=[{"text": "a local key"}], headers=auth, timeout=30)
         assert accepted.status_code == 202, accepted.text
-        assert httpx.post(f"{base}/v1/events", json=[{"text": "x"}], headers={"Authorization": "Bearer nope"},
+        assert web.post(f"{base}/v1/events", json=[{"text": "x"}], headers={"Authorization": "Bearer nope"},
                           timeout=30).status_code == 401
-        assert httpx.get(f"{base}/v1/batch/runs", headers=auth, timeout=30).status_code == 200
+        assert web.get(f"{base}/v1/batch/runs", headers=auth, timeout=30).status_code == 200
 
         generator = subprocess.Popen([sys.executable, "-m", "deploy.cli", "generate", "--rate", "50"], env=env,
                                      cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -81,7 +81,7 @@ from deploy.runtime.redis_server import stop_embedded_redis
 from deploy.settings import Settings
 from shared_logic import Pipeline, load_pipeline
 from shared_logic.registry import BUILTIN_PIPELINES
-from tests.support import free_port
+from tests.support import free_port, web
 from tests.support.readme import Block, Command, bash_blocks, commands, readme_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -712,7 +712,7 @@ def tutorial(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tutorial]:
         while True:
             assert shell.poll() is None, f"the README's commands stopped:\n{tutorial.said()}"
             with contextlib.suppress(httpx.TransportError, KeyError):
-                listed = httpx.get(f"{tutorial.base}/v1/pipelines", timeout=5).json()["pipelines"]
+                listed = web.get(f"{tutorial.base}/v1/pipelines", timeout=5).json()["pipelines"]
                 if listed and all(p["generation"] is not None for p in listed):
                     break
             assert time.monotonic() < deadline, tutorial.said()
@@ -787,7 +787,7 @@ def _bring_your_own_pipeline_as_written(tutorial: Tutorial) -> None:
     def merged() -> dict[str, tuple[int, int]]:
         got = {}
         for section in want:
-            value = httpx.get(f"{tutorial.base}/v1/views/page_views/keys/{section}", timeout=10).json()["value"]
+            value = web.get(f"{tutorial.base}/v1/views/page_views/keys/{section}", timeout=10).json()["value"]
             got[section] = (value["count"], value["sum_ms_on_page"])
         return got
 
@@ -844,7 +844,7 @@ def _several_pipelines_as_written(tutorial: Tutorial) -> None:
         else:
             assert words == "cd ~/clicks", words
     # "An unknown pipeline answers 404 naming the known ones."
-    unknown = httpx.get(f"{tutorial.base}/v1/pipelines/wordcount/views", timeout=30)
+    unknown = web.get(f"{tutorial.base}/v1/pipelines/wordcount/views", timeout=30)
     assert unknown.status_code == 404 and all(repr(name) in unknown.json()["detail"] for name in names), unknown.text
 
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from deploy.settings import Settings
-from tests.support import free_port
+from tests.support import free_port, web
 from tests.support.s3 import ACCESS_KEY_ID, SECRET
 
 _SERVER = Path(__file__).with_name("s3_server.py")
@@ -59,7 +59,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     deadline = time.monotonic() + 30
     while True:
         try:
-            httpx.get(f"{server.endpoint}/moto-api/", timeout=1)
+            web.get(f"{server.endpoint}/moto-api/", timeout=1)
             break
         except httpx.HTTPError:
             if process.poll() is not None or time.monotonic() > deadline:

@@ -27,6 +27,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from serving.store.keys import Keys
 from shared_logic.registry import load_pipeline
+from tests.support import web
 from tests.support.dedup_pipeline import VIEW, oracle
 from tests.support.speed import running_speed_layer, wait_caught_up
 
@@ -81,7 +82,7 @@ def test_batch_and_speed_leave_out_the_same_duplicates(
     result = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
     assert {s.name: s.count for s in result.stages}["dedup"] == 3  # p2 copied and resent, p4 copied
     client = redis.Redis.from_url(settings.redis_url)
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as http:
         assert not _problems(http, commits, result.generation)
         in_tasks = settings.model_copy(update={"speed_driver_rows": 0})
         replayed: list[str] = []
@@ -132,7 +133,7 @@ def test_declared_on_a_trimmed_master_the_index_is_seeded_and_both_layers_agree(
     result = run_batch(spark, settings, pipeline, redis_url=settings.redis_url)
     state = EventIdIndex(settings.event_ids_uri, master, "payment_id").state()
     assert state is not None and state.seed == state.through == result.generation
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as http:
         assert not _problems(http, commits, result.generation)
         with running_speed_layer(spark, settings, pipeline) as thread:
             commits.append(AFTER)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from batch_layer.faults import injected
@@ -22,7 +21,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from speed_layer.job import SpeedLayer
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 from tests.support.flights import AIRPORTS, ALL, PIPELINE, flights, oracle, write_realtime
 from tests.support.key_pages import as_oracle, check_values, every_page, rows_of
 
@@ -42,7 +41,7 @@ def test_answers_are_the_generations_alone_while_a_fresh_start_drops_the_segment
     assert set(oracle(realtime)) - set(oracle(last)), "the first micro-batch should hold rows the second does not touch"
 
     midway: list[list[dict[str, Any]]] = []
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         with injected("speed-dropping-segments", lambda: midway.append(every_page(client, ALL, {}, 50))):
             starting = SpeedLayer(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)._identity()
         after = every_page(client, ALL, {}, 50)

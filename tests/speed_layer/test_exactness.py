@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import pytest
 import redis
 from deltalake import DeltaTable
@@ -35,6 +34,7 @@ from batch_layer.faults import injected
 from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from tests import oracle
+from tests.support import web
 from tests.support.dying import Died, die
 from tests.support.master import open_master
 from tests.support.payments import ingest_some
@@ -100,7 +100,7 @@ def _cut_and_replay(spark, settings, api, master, rng: random.Random, cut_by: st
         for view, rows in later.items():
             for key, window_start in rows.keys() - before[view].keys():  # rows only the half-applied batch has
                 params = {} if window_start is None else {"window_start": window_start}
-                assert httpx.get(f"{server.base_url}/v1/views/{view}/keys/{quote(key, safe='')}",
+                assert web.get(f"{server.base_url}/v1/views/{view}/keys/{quote(key, safe='')}",
                                  params=params).status_code == 404, (view, key, window_start)
     with running_speed_layer(spark, settings):  # the replay completes it: exact, nothing twice
         assert wait_caught_up(settings) == latest

@@ -15,12 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
 from batch_layer.recompute.job import run_batch
 from deploy.runtime.redis_cluster import LocalRedisCluster
+from tests.support import web
 from tests.support.master import open_master
 from tests.support.payments import READ_ITEMS, ingest_some
 from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
@@ -47,10 +47,10 @@ def test_invariant_under_concurrent_batch_runs_and_compaction_on_a_redis_cluster
                 time.sleep(rng.uniform(0, 0.3))
             version = wait_caught_up(settings)
         assert assert_exact(server.base_url, settings, version) > 50
-        listed = httpx.get(f"{server.base_url}/v1/views").json()
+        listed = web.get(f"{server.base_url}/v1/views").json()
         assert listed["processed_version"] >= version and all(v["generation"] for v in listed["views"]), listed
-        assert httpx.get(f"{server.base_url}/readyz").status_code == 200
-        assert "lambda_speed_processed_version" in httpx.get(f"{server.base_url}/metrics").text
+        assert web.get(f"{server.base_url}/readyz").status_code == 200
+        assert "lambda_speed_processed_version" in web.get(f"{server.base_url}/metrics").text
     assert reader.check() > 10
     # The rows really are spread: every master holds part of the served generation.
     for port in redis_cluster.master_ports():

@@ -19,7 +19,6 @@ from collections import Counter
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -33,6 +32,7 @@ from shared_logic.pipeline import Pipeline
 from shared_logic.pipelines.wordcount import Line
 from shared_logic.views import View
 from tests.oracle import words
+from tests.support import web
 from tests.support.dying import Died, die
 from tests.support.servers import ApiServer
 from tests.support.speed import processed_version, running_speed_layer
@@ -124,7 +124,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
     stop = threading.Event()
 
     def reader(base_url: str) -> None:
-        with httpx.Client(base_url=base_url, timeout=10) as http:
+        with web.client(base_url=base_url, timeout=10) as http:
             while not stop.is_set():
                 for view, key in (("word_counts", "apache"), ("word_counts", "Apache"), ("word_counts", "spark")):
                     answer = http.get(f"/v1/views/{view}/keys/{quote(key)}")
@@ -152,7 +152,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                 ingest(master, history, rng, 30)
                 time.sleep(6)  # the v2 speed layer reads it, and must not add it to v1's segment
                 assert processed_version(settings) == v1_processed, "v2's increments went into a v1 segment"
-                with httpx.Client(base_url=server.base_url, timeout=10) as http:
+                with web.client(base_url=server.base_url, timeout=10) as http:
                     listed = http.get("/v1/views").json()
                     assert listed["served_logic"] == V1.logic and listed["pending_logic"] == V2.logic
                     assert [v["name"] for v in listed["views"] if v["pending"]] == ["word_lengths"]
@@ -162,13 +162,13 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
 
                 with injected("before-flip", die), pytest.raises(Died):  # v2's first recompute dies at its flip
                     run_batch(spark, settings, V2, redis_url=settings.redis_url)
-                with httpx.Client(base_url=server.base_url, timeout=10) as http:
+                with web.client(base_url=server.base_url, timeout=10) as http:
                     listed = http.get("/v1/views").json()
                     assert listed["served_logic"] == V1.logic and listed["pending_logic"] == V2.logic, listed
                     paging = http.get("/v1/views/word_counts/keys", params={"limit": 2}).json()  # v1's rows
                 result = run_batch(spark, settings, V2, redis_url=settings.redis_url)
                 assert result.flipped
-                with httpx.Client(base_url=server.base_url, timeout=10) as http:  # v2's rows are another set
+                with web.client(base_url=server.base_url, timeout=10) as http:  # v2's rows are another set
                     params = {"limit": 2, "cursor": paging["next_cursor"]}
                     refused = http.get("/v1/views/word_counts/keys", params=params)
                     assert refused.status_code == 409 and "other logic" in refused.json()["detail"], refused.text
@@ -177,7 +177,7 @@ def test_a_changed_logic_is_never_mixed_and_is_served_once_recomputed(spark, mak
                 ingest(master, history, rng, 30)
                 wait_for(lambda: (processed_version(settings) or -1) >= master.latest_version(), "v2 speed layer")
                 latest = master.latest_version()
-                with httpx.Client(base_url=server.base_url, timeout=10) as http:
+                with web.client(base_url=server.base_url, timeout=10) as http:
                     want = oracle(history.texts_through(latest), V2.logic)
                     for view in ("word_counts", "word_lengths"):
                         for key, count in want[view].items():

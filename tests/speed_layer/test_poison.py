@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from deltalake import DeltaTable
@@ -25,7 +24,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from serving.store.keys import Keys
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 from tests.support.bad_data import answer_problems, readings
 from tests.support.speed import running_speed_layer, wait_caught_up
 
@@ -57,7 +56,7 @@ def test_poison_and_overflow_after_the_barrier_leave_the_speed_layer_running_and
     speed = Keys(pipeline.name).speed
     client = redis.Redis.from_url(settings.redis_url)
     in_tasks = settings.model_copy(update={"speed_driver_rows": 0})
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as http:
         with running_speed_layer(spark, settings, pipeline) as thread:  # in the driver
             master.append(pipeline.schema.validate(AFTER))
             version = wait_caught_up(settings, speed=thread)

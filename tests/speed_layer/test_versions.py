@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from datetime import datetime, timezone
 
-import httpx
 import pytest
 import redis
 from deltalake import DeltaTable
@@ -25,7 +24,7 @@ from batch_layer.recompute.job import run_batch
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import wait_for
+from tests.support import wait_for, web
 from tests.support.speed import VersionedReader, assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
@@ -79,7 +78,7 @@ def test_after_redis_loses_its_data_versions_never_go_back(spark, make_settings,
             wait_for(lambda: _state(client).startswith("waiting for a batch generation"),
                       "the speed layer to wait after the loss")
             assert spark.streams.active == []
-            answer = httpx.get(f"{server.base_url}/v1/views/spend_by_user/keys/alice")
+            answer = web.get(f"{server.base_url}/v1/views/spend_by_user/keys/alice")
             assert answer.status_code == 503 and "no batch generation" in answer.text, answer.text
 
             second = run_batch(spark, settings, master.pipeline, redis_url=settings.redis_url)

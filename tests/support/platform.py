@@ -9,7 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.support import wait_for
+from tests.support import wait_for, web
 
 #: The admin key the `up` tests configure (LAMBDA_API_KEYS), every scope.
 KEY = "test-admin-key-0001"
@@ -25,4 +25,4 @@ def stop_up(process: subprocess.Popen[bytes], port: int) -> None:
     process.send_signal(signal.SIGTERM)
     assert process.wait(180) == 0, "up did not stop cleanly on SIGTERM"
     with pytest.raises(httpx.TransportError):
-        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        web.get(f"http://127.0.0.1:{port}/healthz", timeout=2)

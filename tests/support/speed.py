@@ -19,6 +19,7 @@ from serving.store.connection import redis_client
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
+from tests.support import web
 
 
 @contextmanager
@@ -87,7 +88,7 @@ def assert_exact(base_url: str, settings: Settings, version: int, *, named: bool
     events = oracle.read_events(settings.master_path, version)
     expected = oracle.views(settings.pipeline, events)
     compared = 0
-    with httpx.Client(base_url=base_url, timeout=30) as http:
+    with web.client(base_url=base_url, timeout=30) as http:
         for view, rows in expected.items():
             for (key, window_start), measures in rows.items():
                 params = {"window_start": window_start} if window_start is not None else {}
@@ -148,7 +149,7 @@ class VersionedReader:
         self._thread.join(60)
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.base_url, timeout=30) as http:
+        with web.client(base_url=self.base_url, timeout=30) as http:
             while not self._stop.is_set():
                 for view, key, window_start in self.items:
                     params = {} if window_start is None else {

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pytest
 
@@ -21,7 +20,7 @@ from batch_layer.master.kafka_ingest import MasterWriter
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 from tests.support.dedup_pipeline import VIEW, oracle
 
 pytestmark = pytest.mark.slow  # over 10 s each: the end-to-end tier
@@ -64,7 +63,7 @@ def test_duplicates_from_every_door_are_counted_once(spark: Any, make_settings: 
 
     key = "a-test-key-of-sufficient-length-0123456789"
     with api(pipeline=PIPELINE, api_keys={key: ["read", "ingest"]}) as server, \
-            httpx.Client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as http:
+            web.client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {key}"}) as http:
         for events in ([_pay("h1", "dee", 5.0), _pay("k2", "cy", 9.0)], [_pay("h1", "dee", 5.0)]):  # resent by hand
             response = http.post("/v1/events", json=events)
             assert response.status_code == 202, response.text

@@ -16,14 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from batch_layer.master.dead_letters import DeadLetters
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 from tests.support.bad_data import answer_problems, readings
 
 PIPELINE = "tests.support.ratio_pipeline"
@@ -47,7 +46,7 @@ def test_poison_events_are_left_out_kept_once_and_an_overflow_is_answered_as_suc
     assert kept == [("u1", 0.0, 1, None, "DIVIDE_BY_ZERO"), ("u1", 0.0, 2, None, "DIVIDE_BY_ZERO"),
                     ("u2", 1e-10, 1, "ratio", "NON_FINITE_MEASURE_INPUT"), ("u5", 0.0, 1, None, "DIVIDE_BY_ZERO")]
 
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         assert not answer_problems(client, EVENTS, version=first.generation, absent=["u5"])
         body = client.get("/v1/views/ratio_by_user/keys/u3").json()
         assert body["value"]["sum_amount"] == "overflow" and body["value"]["avg_amount"] == "overflow", body

@@ -21,7 +21,16 @@ import httpx
 import pytest
 
 from deploy.runtime.redis_server import embedded_redis_url, ping, stop_embedded_redis
-from tests.support import CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, run_cli, wait_for
+from tests.support import (
+    CLICKS_PIPELINE,
+    JVM_LINE,
+    NOISY_SPARK_CONF,
+    NOISY_SPARK_WARN,
+    free_port,
+    run_cli,
+    wait_for,
+    web,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.uses_jvm_subprocess]
 
@@ -66,7 +75,7 @@ def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    if httpx.get(f"{base}/readyz").status_code == 200:
+                    if web.get(f"{base}/readyz").status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
@@ -77,7 +86,7 @@ def test_user_pipeline_end_to_end(tmp_path: Path) -> None:
             for e in events:
                 sums[e["page"].split("/")[1]] += e["ms_on_page"]
             for section, count in counts.items():
-                body = httpx.get(f"{base}/v1/views/page_views/keys/{section}").json()
+                body = web.get(f"{base}/v1/views/page_views/keys/{section}").json()
                 assert body["value"] == {"count": count, "sum_ms_on_page": sums[section]}
         finally:
             server.terminate()

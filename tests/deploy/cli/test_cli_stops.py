@@ -39,7 +39,7 @@ from deploy.runtime.redis_server import embedded_redis, embedded_redis_url, ping
 from deploy.supervision.code_watch import EXIT_CODE_CHANGED
 from deploy.supervision.launcher import stopping
 from deploy.supervision.supervisor import Child
-from tests.support import CLI, CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, wait_for
+from tests.support import CLI, CLICKS_PIPELINE, JVM_LINE, NOISY_SPARK_CONF, NOISY_SPARK_WARN, free_port, wait_for, web
 
 
 def _env(tmp_path: Path, **more: str) -> dict[str, str]:
@@ -152,7 +152,7 @@ def test_serve_ends_0_on_ctrl_c_and_asks_for_a_restart_when_its_pipeline_module_
                PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path.cwd()), os.environ.get("PYTHONPATH", "")]))
 
     def serving() -> bool:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        return web.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
 
     for cause, code in (("ctrl-c", 0), ("edit", EXIT_CODE_CHANGED)):
         with _command(env, "serve") as run:

@@ -30,7 +30,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from deltalake import DeltaTable
@@ -41,7 +40,7 @@ from deploy.settings import Settings, load_settings
 from serving.store.keys import Keys
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import free_port, run_cli, wait_for
+from tests.support import free_port, run_cli, wait_for, web
 from tests.support.clusters import StandaloneCluster, bare_python, daemon_env, get_json
 from tests.support.servers import ApiServer
 from tests.support.speed import assert_exact, processed_version
@@ -288,6 +287,6 @@ def test_batch_and_speed_on_a_cluster_without_the_project_exact_after_a_worker_d
         assert assert_exact(server.base_url, expected, version) > 30  # type: ignore[arg-type]
         # Its sliding and session views: pandas oracles over the same master (tests.support.window_oracle).
         words = word_times(settings.master_path, version)
-        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        with web.client(base_url=server.base_url, timeout=30) as http:
             assert assert_sliding_exact(http, "word_counts_sliding", words, SIZE, SLIDE, version) > SIZE // SLIDE
             assert assert_sessions_exact(http, "word_sessions", words, GAP, version) > 2 * words.word.nunique()

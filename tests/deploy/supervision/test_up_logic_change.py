@@ -44,7 +44,7 @@ import psutil
 import pytest
 
 from tests import oracle
-from tests.support import free_port, window_oracle
+from tests.support import free_port, web, window_oracle
 from tests.support.platform import KEY, wait_up
 from tests.support.window_checks import MICROS, micros, rows, spans, word_times
 
@@ -157,7 +157,7 @@ class Platform:
 
 
 def _reader(base: str, stop: threading.Event, seen: list[tuple[str, str, int, str, int]], problems: list[str]) -> None:
-    with httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {KEY}"}) as http:
+    with web.client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {KEY}"}) as http:
         while not stop.is_set():
             for view, key in ASKED:
                 try:
@@ -207,7 +207,7 @@ def test_a_changed_pipeline_is_recomputed_and_served_by_up_never_mixed(tmp_path:
     problems: list[str] = []
     stop = threading.Event()
     reader = threading.Thread(target=_reader, args=(platform.base, stop, seen, problems), daemon=True)
-    http = httpx.Client(base_url=platform.base, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
+    http = web.client(base_url=platform.base, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
     post = Poster(http, rng)
     try:
         platform.start(V1_SOURCE)

@@ -34,7 +34,7 @@ import pytest
 
 from deploy.settings import Settings
 from tests import oracle
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, web
 from tests.support.published import Published, publish, value_problems
 
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -170,7 +170,7 @@ def test_wordcount_views_over_http_match_oracle(spark: Any, make_settings: Calla
     settings = make_settings(pipeline="wordcount")
     events = oracle.wordcount_events(random.Random(424242), 320, START, seconds=3600)
     published = publish(spark, settings, events, tmp_path, redis_url)
-    with api(pipeline="wordcount") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="wordcount") as server, web.client(base_url=server.base_url, timeout=10) as client:
         ready = client.get("/readyz")
         assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
         check_view_list(client, published)
@@ -189,7 +189,7 @@ def test_payments_views_over_http_match_oracle(spark: Any, make_settings: Callab
     events = oracle.payments_events(random.Random(31337), 500, START, seconds=30 * 3600) + EDGE_PAYMENTS
     published = publish(spark, settings, events, tmp_path, redis_url)
     assert ("alice", -3600) in published.views["spend_by_user_hourly"]
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert client.get("/readyz").status_code == 200
         check_view_list(client, published)
         check_every_row(client, published, seed=4)
@@ -206,7 +206,7 @@ def test_error_answers_name_what_is_wrong(spark: Any, make_settings: Callable[..
     events = [{"text": "alpha beta", "event_time": "2024-03-01T10:15:20Z"}, {"text": "alpha", "event_time": "2024-03-01T12:00:00Z"}]
     published = publish(spark, settings, events, tmp_path, redis_url)
     assert published.views["word_counts"] == {("alpha", None): {"count": 2}, ("beta", None): {"count": 1}}
-    with api(pipeline="wordcount") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="wordcount") as server, web.client(base_url=server.base_url, timeout=10) as client:
         def error(url: str, status: int, **params: str) -> str:
             response = client.get(url, params=params)
             assert response.status_code == status, f"{url} {params}: {response.status_code} {response.text}"
@@ -248,7 +248,7 @@ def test_error_answers_name_what_is_wrong(spark: Any, make_settings: Callable[..
 def test_nothing_published_answers_503(make_settings: Callable[..., Settings], api: Callable[..., Any], tmp_path: Path) -> None:
     settings = make_settings(pipeline="payments")
     ingest_file(settings, oracle.payments_events(random.Random(5), 20, START), tmp_path / "p.jsonl")  # ingested, no batch run
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert client.get("/healthz").status_code == 200
         ready = client.get("/readyz")
         assert ready.status_code == 503 and NO_GENERATION.search(ready.json()["detail"]), ready.text
@@ -267,7 +267,7 @@ def test_redis_down_answers_503_naming_redis(spark: Any, make_settings: Callable
     settings = make_settings(pipeline="payments")
     events = [{"user_id": "alice", "merchant": "acme", "amount": 3.5, "event_time": "2024-03-01T10:15:00Z"}]
     publish(spark, settings, events, tmp_path, redis_url)
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=30) as client:
         assert client.get(key_url("spend_by_user", "alice")).status_code == 200
         redis_server.stop()  # the redis_url fixture restarts it for the next test
         for url, params in ((key_url("spend_by_user", "alice"), {}),
@@ -281,7 +281,7 @@ def test_redis_down_answers_503_naming_redis(spark: Any, make_settings: Callable
 
 def test_openapi_documents_the_key_route(api: Callable[..., Any]) -> None:
     with api(pipeline="payments") as server:
-        response = httpx.get(f"{server.base_url}/openapi.json", timeout=10)
+        response = web.get(f"{server.base_url}/openapi.json", timeout=10)
     assert response.status_code == 200
     route = response.json()["paths"]["/v1/views/{view}/keys/{key}"]["get"]
     parameters = {p["name"]: p for p in route["parameters"]}
@@ -304,7 +304,7 @@ def test_openapi_documents_the_key_route(api: Callable[..., Any]) -> None:
 )
 def test_any_key_reaches_the_key_handler(word: str, api: Callable[..., Any]) -> None:
     with api(pipeline="wordcount") as server:
-        response = httpx.get(server.base_url + key_url("word_counts", word), timeout=10)
+        response = web.get(server.base_url + key_url("word_counts", word), timeout=10)
     assert response.status_code == 503, response.text
     assert NO_GENERATION.search(response.json()["detail"]), response.text
 
@@ -319,7 +319,7 @@ def test_any_key_reaches_the_key_handler(word: str, api: Callable[..., Any]) -> 
 )
 def test_range_end_must_follow_range_start(start: str, end: str, api: Callable[..., Any]) -> None:
     with api(pipeline="wordcount") as server:
-        response = httpx.get(server.base_url + key_url("word_counts_per_minute", "w"),
+        response = web.get(server.base_url + key_url("word_counts_per_minute", "w"),
                              params={"from": start, "to": end}, timeout=10)
     assert response.status_code == 422, response.text
     assert "'to'" in response.json()["detail"], response.text

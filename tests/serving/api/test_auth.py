@@ -31,6 +31,7 @@ from serving.api.metrics import install_metrics
 from serving.api.routes import health, views
 from serving.store.reader import ServingStore
 from shared_logic.registry import load_pipeline
+from tests.support import web
 from tests.support.servers import ApiServer
 
 KEYS = {
@@ -95,7 +96,7 @@ def serve(tmp_path: Path, redis_url: str) -> Callable[..., Any]:
     def start(**overrides: Any) -> Iterator[httpx.Client]:
         settings = load_settings(data_dir=tmp_path / "data", redis_url=redis_url, **overrides)
         with ApiServer(build_app(settings, redis_url)) as server, \
-                httpx.Client(base_url=server.base_url, timeout=10) as client:
+                web.client(base_url=server.base_url, timeout=10) as client:
             yield client
 
     return start

@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
-from tests.support import ingest_texts, scheduler_thread
+from tests.support import ingest_texts, scheduler_thread, web
 
 TEXTS = ["the quick brown fox", "the lazy dog", "the fox"]
 #: Starting runs takes the ``admin`` scope; reads are open on loopback (serving.api.auth).
@@ -49,7 +49,7 @@ def wait_terminal(client: httpx.Client, run_id: str, timeout: float = 180) -> di
 def test_post_is_picked_up_by_the_scheduler_and_served(spark, make_settings, api) -> None:
     settings = make_settings()
     version = ingest_texts(settings, TEXTS)
-    with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
+    with api(api_keys=KEYS) as server, web.client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
         # Asked for before the scheduler starts: a scheduler that finds data and nothing served
         # recomputes on its own at start, which would take the single-flight slot first.
         posted = client.post("/v1/batch/runs")
@@ -105,7 +105,7 @@ def test_concurrent_posts_admit_exactly_one_run(api) -> None:
         answers: list[httpx.Response] = []
 
         def post() -> None:
-            with httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
+            with web.client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
                 start.wait()
                 answers.append(client.post("/v1/batch/runs"))
 
@@ -120,14 +120,14 @@ def test_concurrent_posts_admit_exactly_one_run(api) -> None:
         for refused in (a for a in answers if a.status_code == 409):
             assert f"batch run {accepted['id']} is already queued" in refused.json()["detail"]
 
-        listed = httpx.get(f"{server.base_url}/v1/batch/runs", headers=AUTH).json()
+        listed = web.get(f"{server.base_url}/v1/batch/runs", headers=AUTH).json()
         assert listed["active"] == accepted["id"] and listed["schedulers"] == []
         assert [(r["id"], r["status"]) for r in listed["runs"]] == [(accepted["id"], "queued")]
 
 
 def test_a_run_left_by_a_dead_scheduler_reads_as_interrupted(api, make_settings) -> None:
     settings = make_settings()
-    with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
+    with api(api_keys=KEYS) as server, web.client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
         run_id = client.post("/v1/batch/runs").json()["id"]
         # A scheduler claims it, then dies: no heartbeat renews its short lease.
         registry = RunRegistry.from_url(settings.redis_url, "wordcount")
@@ -145,12 +145,12 @@ def test_a_run_left_by_a_dead_scheduler_reads_as_interrupted(api, make_settings)
 
 
 def test_unknown_run_is_404_and_routes_are_documented(api) -> None:
-    with api(api_keys=KEYS) as server, httpx.Client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
+    with api(api_keys=KEYS) as server, web.client(base_url=server.base_url, timeout=10, headers=AUTH) as client:
         missing = client.get("/v1/batch/runs/nope")
         assert missing.status_code == 404
         assert missing.json()["error"] == "NotFoundError" and "'nope'" in missing.json()["detail"]
         assert client.get("/v1/batch/runs", params={"limit": 0}).status_code == 422
-        assert httpx.post(f"{server.base_url}/v1/batch/runs").status_code == 401
+        assert web.post(f"{server.base_url}/v1/batch/runs").status_code == 401
         assert client.get("/v1/batch/runs").json()["runs"] == [], "a refused request queues nothing"
 
         spec = client.get("/openapi.json").json()

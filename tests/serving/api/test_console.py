@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pandas as pd
 import pytest
 from selenium.common.exceptions import StaleElementReferenceException
@@ -34,7 +33,7 @@ from selenium.common.exceptions import StaleElementReferenceException
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file, key_url, wait_for
+from tests.support import ingest_file, key_url, wait_for, web
 from tests.support.browser import field, load, raw, values
 from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, encoded, flights, oracle, write_realtime
 from tests.support.visits_pipeline import GAP, KEEP
@@ -82,7 +81,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
     events = served["first"] + served["realtime"]
     merged, hourly = oracle(events), oracle(events, hourly=True)
     with api(pipeline=PIPELINE, api_keys={ADMIN: ["read", "ingest", "admin"]}) as server, \
-            httpx.Client(base_url=server.base_url, timeout=30) as client:
+            web.client(base_url=server.base_url, timeout=30) as client:
         console = f"{server.base_url}/console"
 
         # Overview: the served generation, versions and rows are the API's (GET /v1/views).
@@ -157,7 +156,7 @@ def test_console_pages_show_the_api_answers(browser: Any, served: dict[str, Any]
 
 
 def test_console_files_are_served_with_a_strict_policy(api: Callable[..., Any]) -> None:
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         page = client.get("/console")
         assert page.status_code == 200 and "console/console.js" in page.text
         assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -196,7 +195,7 @@ def test_a_sliding_view_shows_its_kind_and_a_live_top_of_the_window_ending_now(
     events = _plays(rng, time.time(), 150, 600, songs)
     ingest_file(settings, events, tmp_path / "plays.jsonl")
     run_batch(spark, settings, load_pipeline(TRENDING), redis_url=settings.redis_url)
-    with api(pipeline=TRENDING) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=TRENDING) as server, web.client(base_url=server.base_url, timeout=30) as client:
         console = f"{server.base_url}/console"
         load(browser, console, "overview")
         listing = client.get("/v1/views").json()["views"]
@@ -264,7 +263,7 @@ def test_a_session_view_shows_its_top_keys_and_a_keys_sessions(
               for user, ts in times.items() for t in ts]
     ingest_file(settings, events, tmp_path / "visits.jsonl")
     run_batch(spark, settings, load_pipeline(settings.pipeline), redis_url=settings.redis_url)
-    with api(pipeline=settings.pipeline) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=settings.pipeline) as server, web.client(base_url=server.base_url, timeout=30) as client:
         console = f"{server.base_url}/console#/pipelines/visits/views"
         expected = {"count": [("u2", 3.0), ("u0", 2.0), ("u1", 1.0)], "longest": [("u1", 1700.0), ("u0", 1200.0),
                                                                                ("u2", 0.0)]}

@@ -26,7 +26,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from serving.api.key_pages import MAX_CURSOR_CHARS
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 
 PIPELINE = "tests.support.flights_pipeline"
 VIEW = "flights_by_route"
@@ -114,7 +114,7 @@ def pages(client: httpx.Client, cursor: str | None, limit: int) -> list[str]:
 def test_every_cursor_this_route_does_not_make_is_a_422(served: tuple[Settings, list[str]],
                                                         api: Callable[..., Any]) -> None:
     _, oracle = served
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         first = client.get(f"/v1/views/{VIEW}/keys", params={"limit": 3}).json()
         real = first["next_cursor"]
         assert real and body_of(real)["g"] == first["generation"]
@@ -142,7 +142,7 @@ def test_every_cursor_this_route_does_not_make_is_a_422(served: tuple[Settings, 
 @pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_cursor_longer_than_the_limit_is_a_422_naming_it(served: tuple[Settings, list[str]],
                                                            api: Callable[..., Any]) -> None:
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         response = client.get(f"/v1/views/{VIEW}/keys", params={"cursor": "A" * (MAX_CURSOR_CHARS + 1)})
         assert response.status_code == 422, response.text[:300]
         detail = response.json()["detail"]

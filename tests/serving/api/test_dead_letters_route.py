@@ -24,6 +24,7 @@ from serving.api.routes.dead_letters import MAX_LIMIT, Source
 from shared_logic.pipeline import EventModel
 from shared_logic.pipelines.payments import Payments
 from shared_logic.registry import load_pipeline
+from tests.support import web
 from tests.support.metrics import scrape, value
 
 
@@ -77,7 +78,7 @@ def test_listing_pages_filters_and_replayed_flags(make_settings: Callable[..., S
     expected = {("file", "one.jsonl", n) for n in one} | {("backfill", "many.jsonl", n) for n in many} \
         | {("backfill", "one.jsonl", n) for n in one}
 
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         whole = _all(client)
         listed = whole["letters"]
         assert whole["total"] == len(listed) == len(expected) and whole["pipeline"] == "payments"
@@ -120,7 +121,7 @@ def test_listing_pages_filters_and_replayed_flags(make_settings: Callable[..., S
 def test_bad_parameters_and_an_unknown_pipeline_get_a_clear_4xx(make_settings: Callable[..., Settings],
                                                                 api: Callable[..., Any]) -> None:
     make_settings(pipeline="payments")
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert _all(client)["total"] == 0  # no table yet: an empty list
         for params, parameter in (({"offset": -1}, "offset"), ({"limit": 0}, "limit"), ({"limit": 10**6}, "limit"),
                                   ({"source": "nope"}, "source"), ({"reason": ""}, "reason"),
@@ -140,7 +141,7 @@ def test_bad_parameters_and_an_unknown_pipeline_get_a_clear_4xx(make_settings: C
 def test_keys_are_needed_off_loopback(make_settings: Callable[..., Settings], api: Callable[..., Any]) -> None:
     keys = {"reader-key-000001": ["read"]}
     with api(pipeline="payments", api_keys=keys, http_host="0.0.0.0") as server, \
-            httpx.Client(base_url=server.base_url, timeout=10) as client:
+            web.client(base_url=server.base_url, timeout=10) as client:
         assert client.get("/v1/dead-letters").status_code == 401
         answer = client.get("/v1/dead-letters", headers={"Authorization": "Bearer reader-key-000001"})
         assert answer.status_code == 200 and answer.json()["total"] == 0
@@ -152,7 +153,7 @@ def test_metrics_count_dead_letters_per_source(make_settings: Callable[..., Sett
     master = MasterDataset.open(settings, load_pipeline("payments"))
     letters = DeadLetters.open(settings, "payments")
     bad = _write(tmp_path / "one.jsonl", 30)
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert value(scrape(client), "lambda_dead_letters_total", pipeline="payments", source="file") is None
         master.ingest_file(tmp_path / "one.jsonl", dead_letters=letters)
         found = scrape(client)
@@ -180,7 +181,7 @@ def test_the_console_lists_the_newest_dead_letters(make_settings: Callable[..., 
     master = MasterDataset.open(settings, load_pipeline("payments"))
     bad = _write(tmp_path / "one.jsonl", 12)
     master.ingest_file(tmp_path / "one.jsonl", dead_letters=DeadLetters.open(settings, "payments"))
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         load(browser, f"{server.base_url}/console#/pipelines/payments/dead-letters", "dead-letters")
         newest = _all(client, order="newest")["letters"]
         assert int(field(browser, "dead_letters.total")) == len(bad) == len(newest)

@@ -27,6 +27,7 @@ from serving.store.keys import Keys
 from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 from tests import oracle
+from tests.support import web
 from tests.support.speed import assert_exact, running_speed_layer, wait_caught_up
 
 pytestmark = pytest.mark.slow
@@ -71,7 +72,7 @@ def test_exact_and_sketched_rows_merge_with_realtime(spark, make_settings, api) 
         return {key: m["distinct_merchant"] for key, m in rows.items()}
 
     window = {"from": HOUR.isoformat(), "to": (HOUR + timedelta(hours=2)).isoformat()}
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=30) as http:
         want = expected(generation)
         for user in WIDTHS:
             got = _distinct(http, user, window_start=hour)

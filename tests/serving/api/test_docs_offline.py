@@ -13,13 +13,13 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import httpx
+from tests.support import web
 
 CONTENT_TYPES = {".js": "text/javascript", ".css": "text/css", ".png": "image/png"}
 
 
 def test_docs_and_every_asset_it_references_come_from_the_server(api: Callable[..., Any]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         page = client.get("/docs")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text
         references = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']""", page.text)

@@ -37,7 +37,7 @@ from serving.api.key_pages import MAX_CURSOR_CHARS
 from serving.api.queries import MAX_KEY_CHARS
 from serving.api.routes.batch import MAX_RUN_ID_CHARS
 from shared_logic.registry import load_pipeline
-from tests.support import free_port, ingest_file, key_url
+from tests.support import free_port, ingest_file, key_url, web
 from tests.support.servers import ApiServer
 
 VIEW = "spend_by_user"
@@ -61,7 +61,7 @@ def settings(spark: Any, module_settings: Callable[..., Settings], tmp_path_fact
 def client(settings: Settings) -> Iterator[httpx.Client]:
     """An HTTP client of the module's one API server over ``settings``."""
     with ApiServer(create_app(settings, redis_url=settings.redis_url or "")) as server, \
-            httpx.Client(base_url=server.base_url, timeout=30) as http:
+            web.client(base_url=server.base_url, timeout=30) as http:
         yield http
 
 

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import web
+
 ADMIN = "shape-admin-key-0001"
 ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
 
@@ -28,7 +30,7 @@ ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
 @pytest.fixture
 def client(api: Callable[..., Any]) -> Iterator[httpx.Client]:
     with api(pipeline="payments", api_keys={ADMIN: ["admin"]}) as server, \
-            httpx.Client(base_url=server.base_url, timeout=10) as http:
+            web.client(base_url=server.base_url, timeout=10) as http:
         yield http
 
 

@@ -30,6 +30,7 @@ from deltalake import DeltaTable
 from batch_layer.master.dataset import MasterDataset
 from deploy.settings import Settings
 from shared_logic import EventValidationError, load_pipeline
+from tests.support import web
 
 KEY = "event-values-ingest-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -42,7 +43,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def http(api: Callable[..., Any], make_settings: Callable[..., Settings]) -> Iterator[tuple[httpx.Client, Settings]]:
     settings = make_settings(pipeline="payments")
     with api(pipeline="payments", api_keys={KEY: ["ingest"]}) as server, \
-            httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
+            web.client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
         yield client, settings
 
 

@@ -15,13 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 
 USERS = ["plain", "line\u2028separator", "paragraph\u2029separator", "next\u0085line", "vertical\x0btab",
          "form\x0cfeed", "group\x1dseparator", "new\nline", "carriage\rreturn", "both\u2028\u0085\u2029"]
@@ -36,7 +35,7 @@ def test_ndjson_rows_are_one_line_each_for_every_line_reader(spark: Any, make_se
     ingest_file(settings, [{"user_id": u, "merchant": "m", "amount": 1.0, "event_time": time} for u in sent],
                 tmp_path / "events.jsonl")
     run_batch(spark, settings, load_pipeline("payments"), redis_url=settings.redis_url)
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=30) as client:
         response = client.get("/v1/views/spend_by_user/keys", headers={"Accept": "application/x-ndjson"})
         assert response.status_code == 200, response.text
         text = response.content.decode("utf-8")

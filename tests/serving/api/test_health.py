@@ -21,6 +21,7 @@ from deploy.settings import Settings
 from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth, short_error
 from serving.store.keys import Keys
+from tests.support import web
 from tests.support.master import master_with_versions
 from tests.support.metrics import scrape, value
 
@@ -66,7 +67,7 @@ def test_a_failing_speed_layer_is_not_ready_with_its_error_and_count(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str,
 ) -> None:
     with platform(make_settings, redis_url, versions=4, generation=3) as health, \
-            api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+            api() as server, web.client(base_url=server.base_url, timeout=10) as http:
         beat(health, processed=3, batch_id=5)
         status, detail = ready(http)
         assert status == 200 and "speed layer up" in detail, detail
@@ -95,7 +96,7 @@ def test_readiness_waits_for_the_first_micro_batch_while_answers_lag(
     api: Callable[..., Any], make_settings: Callable[..., Settings], redis_url: str,
 ) -> None:
     with platform(make_settings, redis_url, versions=6, generation=3) as health, \
-            api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+            api() as server, web.client(base_url=server.base_url, timeout=10) as http:
         status, detail = ready(http)  # versions 4 and 5 are in no answer, and no speed layer ran
         assert status == 503, detail
         assert "speed layer has not applied a micro-batch yet (speed layer never ran)" in detail, detail
@@ -115,7 +116,7 @@ def test_nothing_to_apply_is_ready_without_a_speed_layer(
 ) -> None:
     """Answers cover the master's newest version: the speed layer has nothing to do, ready (as before)."""
     with platform(make_settings, redis_url, versions=4, generation=3), \
-            api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+            api() as server, web.client(base_url=server.base_url, timeout=10) as http:
         status, detail = ready(http)
         assert status == 200 and "speed layer never ran" in detail, detail
 
@@ -125,7 +126,7 @@ def test_nothing_published_is_not_ready_and_says_how_to_publish(
 ) -> None:
     """A fresh platform (an empty master, nothing published): 503 naming the fix, while `up` keeps serving."""
     make_settings()
-    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+    with api() as server, web.client(base_url=server.base_url, timeout=10) as http:
         status, detail = ready(http)
         assert status == 503 and "no batch generation is published yet" in detail, detail
         assert "lambda-platform batch run" in detail, detail
@@ -137,7 +138,7 @@ def test_readiness_covers_every_pipeline(api: Callable[..., Any], make_settings:
     """One process runs every pipeline's speed layer: the failing one is named even when it is not the default."""
     with platform(make_settings, redis_url, versions=4, generation=3), \
             platform(make_settings, redis_url, versions=0, generation=7, pipeline="payments") as health, \
-            api(pipelines=["wordcount", "payments"]) as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+            api(pipelines=["wordcount", "payments"]) as server, web.client(base_url=server.base_url, timeout=10) as http:
         beat(health, processed=7, batch_id=1)
         assert ready(http)[0] == 200
         health.record_failure(RuntimeError("the speed layer's query failed: boom"))
@@ -160,7 +161,7 @@ def test_metrics_show_the_failing_part(api: Callable[..., Any], make_settings: C
                                        redis_url: str) -> None:
     p = {"pipeline": "wordcount", "part": "speed"}
     with platform(make_settings, redis_url, versions=4, generation=3) as health, \
-            api() as server, httpx.Client(base_url=server.base_url, timeout=10) as http:
+            api() as server, web.client(base_url=server.base_url, timeout=10) as http:
         beat(health, processed=3, batch_id=5)
         found = scrape(http)
         assert value(found, "lambda_part_failing", **p) == 0 and value(found, "lambda_part_failures", **p) == 0

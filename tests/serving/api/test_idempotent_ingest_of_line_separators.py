@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from deploy.settings import Settings
+from tests.support import web
 
 KEY = "test-ingest-key-0001"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -45,7 +45,7 @@ def test_a_retry_of_a_keyed_request_with_a_line_separator_in_its_text_answers_th
     events = [{"text": f"a{sep}b"}, {"text": sep}, {"text": f"z{sep}"}]
     key = {"Idempotency-Key": "order-1"}
     with api(pipeline="wordcount", api_keys={KEY: ["ingest"]}) as server, \
-            httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30) as http:
+            web.client(base_url=server.base_url, headers=AUTH, timeout=30) as http:
         first = http.post("/v1/events", json=events, headers=key)
         assert first.status_code == 202, first.text
         for _ in range(2):

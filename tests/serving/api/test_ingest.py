@@ -33,6 +33,7 @@ from serving.api.idempotency import IdempotencyKey
 from serving.api.ingestor import Ingestor
 from serving.api.request_body import parse_events
 from shared_logic.registry import load_pipeline
+from tests.support import web
 
 PIPELINE = "payments"
 NDJSON = {"Content-Type": "application/x-ndjson"}
@@ -57,7 +58,7 @@ def serve(api: Callable[..., Any]) -> Callable[..., Any]:
     @contextmanager
     def start(**overrides: Any) -> Iterator[tuple[Any, httpx.Client]]:
         with api(pipeline=PIPELINE, api_keys={KEY: ["ingest"]}, **overrides) as server, \
-                httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30,
+                web.client(base_url=server.base_url, headers=AUTH, timeout=30,
                              limits=httpx.Limits(max_connections=64)) as http:
             yield server, http
 

@@ -27,6 +27,7 @@ from batch_layer.master.dataset import MasterDataset
 from deploy.settings import Settings
 from serving.api.request_body import MAX_NESTING
 from shared_logic import EventValidationError, load_pipeline
+from tests.support import web
 
 KEY = "limits-ingest-key"
 ADMIN = "limits-admin-key"
@@ -41,7 +42,7 @@ def http(api: Callable[..., Any], make_settings: Callable[..., Settings]) -> Ite
     """A server of the payments pipeline, a client holding an ingest key, and the server's settings."""
     settings = make_settings(pipeline="payments")  # the same data dir as the server's
     server = api(pipeline="payments", api_keys={KEY: ["ingest"], ADMIN: ["admin"]})
-    with server, httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
+    with server, web.client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
         yield client, settings
 
 
@@ -111,7 +112,7 @@ def test_file_ingest_locates_out_of_range_times_and_writes_nothing(make_settings
 def test_integers_outside_64_bits_are_422(api: Callable[..., Any]) -> None:
     order = {"shop": "s", "items": 1, "cents": 2**63, "event_time": "2024-03-01T09:00:00Z"}
     with api(pipeline="tests.support.int_pipeline", api_keys={KEY: ["ingest"]}) as server, \
-            httpx.Client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
+            web.client(base_url=server.base_url, headers=AUTH, timeout=30) as client:
         assert_refused(client.post("/v1/events", json=[order]), 422, "index 0, field 'cents'", "64-bit")
         assert client.post("/v1/events", json=[{**order, "cents": 2**63 - 1}]).status_code == 202
         assert_refused(client.post("/v1/events", json={**order, "items": -(2**63) - 1}), 422, "'items'")

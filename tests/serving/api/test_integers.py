@@ -27,7 +27,7 @@ from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 from tests import oracle
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, web
 
 PIPELINE = "tests.support.int_pipeline"
 START = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -112,7 +112,7 @@ def test_integral_measures_answer_ints_after_a_batch_run(spark: Any, make_settin
     settings = make_settings(pipeline=PIPELINE)
     events = orders(random.Random(7), 300)
     publish(spark, settings, events, tmp_path / "orders.jsonl")
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         check_orders(client, events)
 
 
@@ -123,7 +123,7 @@ def test_payments_counts_are_ints_and_amount_sums_floats(spark: Any, make_settin
     events = oracle.payments_events(random.Random(11), 120, START, seconds=4 * 3600)
     publish(spark, settings, events, tmp_path / "payments.jsonl")
     views = oracle.views("payments", oracle.read_events(settings.master_path))
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=30) as client:
         for (user, _), want in views["spend_by_user"].items():
             value = client.get(key_url("spend_by_user", user)).json()["value"]
             assert type(value["count"]) is int and value["count"] == want["count"], (user, value)
@@ -142,7 +142,7 @@ def test_integral_measures_stay_ints_merged_with_realtime_parts(spark: Any, make
     events = orders(rng, 200)
     publish(spark, settings, events, tmp_path / "orders.jsonl")
     master = MasterDataset.open(settings, load_pipeline(PIPELINE))
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         with running_speed_layer(spark, settings):
             more = orders(rng, 150)
             master.append(master.pipeline.schema.validate(more))

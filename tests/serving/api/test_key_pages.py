@@ -28,14 +28,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pandas as pd
 import pytest
 
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file
+from tests.support import ingest_file, web
 from tests.support.flights import AIRPORTS, ALL, HOURLY, PIPELINE, START, flights, oracle, write_realtime
 from tests.support.key_pages import as_oracle, check_values, every_page, page, rows_of
 
@@ -58,7 +57,7 @@ def test_paging_lists_every_key_once_across_a_flip_and_filters_match_pandas(
     before, after = oracle(first + realtime), oracle(first + realtime + later)
     assert set(oracle(realtime)) - set(oracle(first)), "the realtime events should bring routes the batch lacks"
 
-    with api(pipeline=PIPELINE, **overrides) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE, **overrides) as server, web.client(base_url=server.base_url, timeout=30) as client:
         bodies, cursor = [], None
         for _ in range(5):
             response = page(client, ALL, {"limit": 3, **({"cursor": cursor} if cursor else {})})
@@ -145,7 +144,7 @@ def test_bad_cursor_filter_and_limit_answer_422(spark: Any, make_settings: Calla
     settings = make_settings(pipeline=PIPELINE)
     ingest_file(settings, flights(random.Random(3), 30, AIRPORTS[:4]), tmp_path / "e.jsonl")
     run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)
-    with api(pipeline=PIPELINE) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline=PIPELINE) as server, web.client(base_url=server.base_url, timeout=30) as client:
         def refused(view: str, params: dict[str, Any], *words: str) -> None:
             response = page(client, view, params)
             assert response.status_code == 422, response.text

@@ -28,7 +28,7 @@ from deploy.settings import Settings
 from serving.api.app import create_app
 from serving.api.lean_route import LeanRoute, LeanRouteError
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, web
 from tests.support.servers import ApiServer
 
 READER, INGESTER = "lean-reader-key-0001", "lean-ingest-key-0001"
@@ -124,7 +124,7 @@ def twins(settings: Settings) -> Iterator[tuple[httpx.Client, httpx.Client]]:
             fastapi_twin(create_app(settings, redis_url=settings.redis_url or ""))]
     with ExitStack() as stack:
         servers = [stack.enter_context(ApiServer(app)) for app in apps]
-        yield tuple(stack.enter_context(httpx.Client(base_url=s.base_url, timeout=10)) for s in servers)  # type: ignore[misc]
+        yield tuple(stack.enter_context(web.client(base_url=s.base_url, timeout=10)) for s in servers)  # type: ignore[misc]
 
 
 def same_answers(lean: httpx.Client, plain: httpx.Client, headers: dict[str, str] | None = None) -> list[int]:
@@ -178,7 +178,7 @@ def test_good_reads_skip_fastapis_dependency_solving(api: Callable[..., Any], mo
         return await solve(*args, **kwargs)
 
     monkeypatch.setattr(fastapi.routing, "solve_dependencies", counting)
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert client.get(key_url(ALL_TIME, "alice")).status_code == 503  # nothing published: the read ran
         assert client.get(key_url(HOURLY, "alice"), params={"window_start": "2024-03-01T09:00:00Z"}).status_code == 503
         assert solved == []
@@ -207,7 +207,7 @@ def test_included_lean_routes_await_the_inclusions_dependencies(monkeypatch: pyt
 
     app = FastAPI()
     app.include_router(router, prefix="/v1", dependencies=[Depends(audit)])
-    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with ApiServer(app) as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert client.get("/v1/names/ada", params={"shout": "on"}).json() == {"name": "ADA"}
         assert (seen, solved) == (["/v1/names/ada"], [])
         assert client.get("/v1/names/ada", params={"shout": "loudly"}).status_code == 422  # FastAPI's own

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from fastapi import FastAPI
@@ -28,7 +27,7 @@ from serving.store.heartbeat import SpeedHealth
 from serving.store.ingest_status import IngestStatusRecord, PartitionLagRecord
 from serving.store.keys import Keys
 from serving.store.runs import RunRegistry
-from tests.support import free_port
+from tests.support import free_port, web
 from tests.support.master import master_with_versions
 from tests.support.metrics import by_name, samples, scrape, value
 from tests.support.servers import ApiServer
@@ -40,7 +39,7 @@ KEY_ROUTE = "/v1/views/{view}/keys/{key}"
 
 
 def test_requests_are_counted_by_route_template_method_and_status(api: Callable[..., Any]) -> None:
-    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api() as server, web.client(base_url=server.base_url, timeout=10) as client:
         statuses = [client.get(f"/v1/views/word_counts/keys/{word}").status_code for word in ("a", "b", "c/d")]
         assert len(set(statuses)) == 1
         for _ in range(2):
@@ -94,7 +93,7 @@ def test_speed_lag_gauge_reflects_the_speed_hash(api: Callable[..., Any], make_s
     health.record_success(processed=1, batch_id=7, heartbeat_at=heartbeat, query="q", last_batch_seconds=0.25,
                           last_write_seconds=0.125)
     p = {"pipeline": "wordcount"}
-    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api() as server, web.client(base_url=server.base_url, timeout=10) as client:
         found = scrape(client)
         assert value(found, "lambda_metrics_redis_up", **p) == 1
         assert value(found, "lambda_master_latest_version", **p) == 3
@@ -128,7 +127,7 @@ def test_kafka_ingest_counts_lag_and_liveness_come_from_its_status_hash(api: Cal
     r = redis.Redis.from_url(redis_url)
     status = IngestStatusRecord(r, Keys("wordcount").kafka)
     p = {"pipeline": "wordcount"}
-    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api() as server, web.client(base_url=server.base_url, timeout=10) as client:
         assert value(scrape(client), "lambda_kafka_ingest_up", **p) is None  # no ingest ever ran: no samples
         status.write(source="topics t on k:9092", state="running", read=12, appended=9, dead=3, batches=2,
                      lags=[PartitionLagRecord("t", 0, 5), PartitionLagRecord("t", 1, 0)])
@@ -172,7 +171,7 @@ def test_batch_generation_and_run_registry(api: Callable[..., Any], make_setting
     registry.close()
 
     p = {"pipeline": "wordcount"}
-    with api() as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api() as server, web.client(base_url=server.base_url, timeout=10) as client:
         found = scrape(client)
         assert value(found, "lambda_batch_served_generation", **p) == 4
         assert value(found, "lambda_batch_served_computed_at_timestamp_seconds", **p) == pytest.approx(now - 30)
@@ -191,7 +190,7 @@ def test_batch_generation_and_run_registry(api: Callable[..., Any], make_setting
 def test_scrape_answers_when_redis_is_unreachable(make_settings: Callable[..., Settings]) -> None:
     settings = make_settings()
     app = create_app(settings, redis_url=f"redis://127.0.0.1:{free_port()}/0")
-    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with ApiServer(app) as server, web.client(base_url=server.base_url, timeout=30) as client:
         assert client.get("/healthz").status_code == 200
         started = time.monotonic()
         found = scrape(client)
@@ -202,7 +201,7 @@ def test_scrape_answers_when_redis_is_unreachable(make_settings: Callable[..., S
 
 def test_openmetrics_on_request(api: Callable[..., Any]) -> None:
     with api() as server:
-        response = httpx.get(f"{server.base_url}/metrics", headers={"Accept": "application/openmetrics-text"},
+        response = web.get(f"{server.base_url}/metrics", headers={"Accept": "application/openmetrics-text"},
                              timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/openmetrics-text")

@@ -33,7 +33,7 @@ from serving.store.session import PipelineStore
 from shared_logic.measures import Max, Min, Sum
 from shared_logic.registry import load_pipeline
 from speed_layer.segments import DEPTH, WriteSpec, encode, measure_spec, write_increments
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, web
 
 VIEW = "spend_by_user"
 TIME = "2024-03-01T09:00:00+00:00"
@@ -109,7 +109,7 @@ def test_zero_minima_and_maxima_are_positive_in_both_parts_and_merged(
     settings = make_settings(pipeline="payments")
     ingest_file(settings, events(BATCH), tmp_path / "batch.jsonl")
     generation = run_batch(spark, settings, load_pipeline("payments"), redis_url=settings.redis_url).generation
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=30) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=30) as client:
         assert check(client, oracle(BATCH), {"batch": oracle(BATCH)}) == []
         processed = ingest_file(settings, events(REALTIME), tmp_path / "realtime.jsonl").version
         write_realtime(spark, settings, generation, events(REALTIME), processed)

@@ -20,7 +20,7 @@ import pytest
 
 from deploy.settings import Settings
 from tests import oracle
-from tests.support import key_url
+from tests.support import key_url, web
 from tests.support.published import Published, publish, value_problems
 from tests.support.servers import ApiServer
 
@@ -43,7 +43,7 @@ def two(spark: Any, module_settings: Callable[..., Settings], tmp_path_factory: 
 
 
 def _client(server: ApiServer) -> httpx.Client:
-    return httpx.Client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
+    return web.client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {KEY}"})
 
 
 def _problems(http: httpx.Client, prefix: str, published: Published) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 from batch_layer.recompute.job import run_batch
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
-from tests.support import ingest_file, key_url
+from tests.support import ingest_file, key_url, web
 
 RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
 HOURLY = "spend_by_user_hourly"
@@ -46,7 +46,7 @@ def refused(response: httpx.Response, *words: str) -> str:
 @pytest.mark.parametrize("value", ["1e20", "nan", "inf", "-inf", "0x10", "1_000", "+5", "1709283600.1234567",
                                    "2024-03-01", "yesterday", "", "2024-02-30T00:00:00Z"])
 def test_malformed_times_are_422_naming_the_parameter_and_the_forms(value: str, api: Callable[..., Any]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         detail = refused(client.get(f"/v1/views/{HOURLY}/top", params={"window_start": value}), "'window_start'",
                          "epoch seconds", "ISO 8601")
         assert "too short" not in detail
@@ -65,14 +65,14 @@ def test_malformed_times_are_422_naming_the_parameter_and_the_forms(value: str, 
     ({"from": "0001-01-01T00:30:00+01:00", "to": "0001-01-01T05:00:00Z"}, "from"),
 ])
 def test_times_whose_window_leaves_the_range_are_422(params: dict[str, str], name: str, api: Callable[..., Any]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         refused(client.get(key_url(HOURLY, "alice"), params=params), name)
         if "window_start" in params:
             refused(client.get(f"/v1/views/{HOURLY}/top", params=params), name)
 
 
 def test_the_window_limit_names_the_times_this_view_can_address(api: Callable[..., Any]) -> None:
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         detail = refused(client.get(f"/v1/views/{HOURLY}/top", params={"window_start": "9999-12-31T23:59:00Z"}),
                          "window_start", RANGE)
         assert "0001-01-01T00:00:00+00:00" in detail and "9999-12-31T22:59:59.999999+00:00" in detail
@@ -83,7 +83,7 @@ def test_a_top_n_of_more_key_panes_than_allowed_is_422_naming_n_the_panes_and_th
     """Its work grows with n x panes (each key ranked is looked up in every pane): bounded before any read."""
     range_ = {"from": "2024-03-01T00:00:00Z", "to": "2024-03-02T00:00:00Z"}  # 24 hourly panes
     with api(pipeline="payments", max_top_cells=100) as server, \
-            httpx.Client(base_url=server.base_url, timeout=10) as client:
+            web.client(base_url=server.base_url, timeout=10) as client:
         refused(client.get(f"/v1/views/{HOURLY}/top", params={**range_, "n": "5"}),
                 "n=5", "24 panes", "LAMBDA_MAX_TOP_CELLS=100", "smaller n", "shorter range")
         assert client.get(f"/v1/views/{HOURLY}/top", params={**range_, "n": "4"}).status_code == 503  # none published
@@ -96,7 +96,7 @@ def test_a_listing_page_of_more_rows_x_panes_than_allowed_is_422_naming_limit_an
 
     hours = MAX_LIST_CELLS // 1000 + 1  # one more hourly pane than a page of 1000 rows may combine
     range_ = {"from": "2024-03-01T00:00:00Z", "to": f"{1709251200 + hours * 3600}"}
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         refused(client.get(f"/v1/views/{HOURLY}/keys", params={**range_, "limit": "1000"}),
                 "limit=1000", f"{hours} panes", str(MAX_LIST_CELLS), "smaller limit", "shorter range")
         assert client.get(f"/v1/views/{HOURLY}/keys", params={**range_, "limit": "100"}).status_code == 503
@@ -115,7 +115,7 @@ def test_a_range_is_refused_alike_by_the_window_and_the_session_routes(params: d
     the same 422 before any read, and a range both accept (``to`` left out: now) answered alike (503: none
     published)."""
     with api(pipeline="tests.support.windows_pipeline") as server, \
-            httpx.Client(base_url=server.base_url, timeout=10) as client:
+            web.client(base_url=server.base_url, timeout=10) as client:
         routes = (key_url("plays_trending", "s1"), "/v1/views/listening/sessions/keys/l1",
                   "/v1/views/listening/sessions/summary/l1", "/v1/views/listening/sessions/top")
         details = {refused(client.get(route, params=params), *words) for route in routes}
@@ -139,7 +139,7 @@ def test_epoch_seconds_are_seconds_and_exact_at_the_ends_of_the_range(
     settings = make_settings(pipeline="payments")
     ingest_file(settings, EVENTS, tmp_path / "events.jsonl")
     run_batch(spark, settings, load_pipeline("payments"), redis_url=redis_url)
-    with api(pipeline="payments") as server, httpx.Client(base_url=server.base_url, timeout=10) as client:
+    with api(pipeline="payments") as server, web.client(base_url=server.base_url, timeout=10) as client:
         def window(user: str, **params: str) -> tuple[str, str]:
             response = client.get(key_url(HOURLY, user), params=params)
             assert response.status_code == 200, (user, params, response.text)

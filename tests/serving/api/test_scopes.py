@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
+
+from tests.support import web
 
 KEYS = {"k-read-51c0-0123456": ["read"], "k-ingest-9e2d-0123456": ["ingest"], "k-admin-07aa-0123456": ["admin"],
         "k-all-c3f1-0123456": ["read", "ingest", "admin"]}
@@ -57,7 +58,7 @@ def expected(needs: str | None, holder: str, loopback: bool) -> int | None:
 def test_every_route_class_with_every_scope(host: str, api: Callable[..., Any]) -> None:
     problems = []
     with api(pipeline="payments", api_keys=KEYS, http_host=host) as server, \
-            httpx.Client(base_url=server.base_url, timeout=30) as client:
+            web.client(base_url=server.base_url, timeout=30) as client:
         for holder, key in BY_SCOPE.items():
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             for name, needs, (method, url, extra) in ROUTES:
@@ -74,7 +75,7 @@ def test_every_route_class_with_every_scope(host: str, api: Callable[..., Any]) 
 
 def test_a_read_only_key_lists_batch_runs(api: Callable[..., Any]) -> None:
     with api(pipeline="payments", api_keys=KEYS, http_host="0.0.0.0") as server, \
-            httpx.Client(base_url=server.base_url, timeout=30) as client:
+            web.client(base_url=server.base_url, timeout=30) as client:
         read = {"Authorization": f"Bearer {BY_SCOPE['read']}"}
         listed = client.get("/v1/batch/runs", headers=read)
         assert listed.status_code == 200 and listed.json()["runs"] == [], listed.text

@@ -30,7 +30,7 @@ from batch_layer.recompute.job import run_batch
 from serving.api.app import create_app
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import ingest_file, window_oracle
+from tests.support import ingest_file, web, window_oracle
 from tests.support.servers import ApiServer
 from tests.support.speed import running_speed_layer, wait_caught_up
 from tests.support.visits_pipeline import GAP, KEEP
@@ -131,7 +131,7 @@ def test_sessions_are_exact_across_the_barrier_a_recompute_and_a_replayed_micro_
             raise redis.exceptions.ConnectionError("Error 111 connecting to Redis (injected after the write)")
 
     app = create_app(settings, redis_url=settings.redis_url or "")
-    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with ApiServer(app) as server, web.client(base_url=server.base_url, timeout=30) as http:
         with running_speed_layer(spark, settings) as speed:
             with injected("speed-after-write", fail_once):
                 late = [_event("u0", 2900), _event("u1", 2000)]  # bridges u0's two sessions; extends u1's first
@@ -168,7 +168,7 @@ def test_sessions_on_a_redis_cluster_written_by_spark_tasks(spark: Any, make_set
     ingest_file(settings, first + _noise(rng, 40), tmp_path / "first.jsonl")
     run_batch(spark, settings, load_pipeline(PIPELINE), redis_url=settings.redis_url)
     app = create_app(settings, redis_url=settings.redis_url or "")
-    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with ApiServer(app) as server, web.client(base_url=server.base_url, timeout=30) as http:
         with running_speed_layer(spark, settings) as speed:
             late = [_event("u0", 2900), _event("u1", 2000), _event("u2", 100)]
             ingest_file(settings, late + _noise(rng, 30), tmp_path / "late.jsonl")

@@ -26,7 +26,7 @@ from serving.api.app import create_app
 from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic import load_pipeline
 from tests import oracle
-from tests.support import ingest_file, key_url, window_oracle
+from tests.support import ingest_file, key_url, web, window_oracle
 from tests.support.key_pages import every_page, rows_of
 from tests.support.servers import ApiServer
 from tests.support.speed import running_speed_layer, wait_caught_up
@@ -86,7 +86,7 @@ def test_sliding_windows_and_ranges_are_exact_across_the_barrier(spark: Any, mak
         version = wait_caught_up(settings, speed=speed)
     events = _oracle_frame(settings, version)
     app = create_app(settings, redis_url=settings.redis_url or "", clock=FixedClock())
-    with ApiServer(app) as server, httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with ApiServer(app) as server, web.client(base_url=server.base_url, timeout=30) as http:
         for first in range(PANES - SIZE // SLIDE + 1):  # every whole window, by its start and by its end
             start, end = T0 + first * SLIDE, T0 + first * SLIDE + SIZE
             for song in SONGS[:8]:
