@@ -13,9 +13,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
+from types import CodeType, FrameType
 
 _STOPS = (signal.SIGTERM, signal.SIGINT)
 
@@ -56,13 +57,29 @@ def _redeliver(unraisable: sys.UnraisableHookArgs) -> None:
     signal again, so the handler raises it where it unwinds the command. Anything else: printed as ever."""
     for kind, signum in ((Terminated, signal.SIGTERM), (KeyboardInterrupt, signal.SIGINT)):
         if issubclass(unraisable.exc_type, kind):
-            # A moment later, from another thread, to the main thread (so a sleep or a read there wakes up):
-            # sent from here, the handler would raise inside this hook.
-            again = threading.Timer(0.01, signal.pthread_kill, args=(threading.main_thread().ident, signum))
-            again.daemon = True
-            again.start()
+            threading.Thread(target=_send_once_returned, args=(signum,), name="signal-redelivery", daemon=True).start()
             return
     _print_unraisable(unraisable)
+
+
+def _send_once_returned(signum: int) -> None:
+    """Send ``signum`` to the main thread (so a sleep or a read there wakes up) once this hook has returned there.
+    Handled while the hook still runs, the signal would raise inside it, where Python drops the exception for
+    good ("Exception ignored in sys.unraisablehook"): a fixed 10 ms wait lost it under load (2 runs in 60)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    while _on_stack(_redeliver.__code__, main):
+        time.sleep(0.001)
+    signal.pthread_kill(main, signum)
+
+
+def _on_stack(code: CodeType, thread: int) -> bool:
+    frame = sys._current_frames().get(thread)  # the one way to see another thread's stack
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager
