@@ -55,7 +55,7 @@ TEST_WORKERS ?= 2
 # --durations (on two busy cores a test's wall time is mostly the other worker's work).
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --cpu-durations=25
 
-test: $(STAMP) $(BROWSER)  ## set up and run every test tier (about 18-20 minutes on 2 cores)
+test: $(STAMP) $(BROWSER)  ## set up and run every test tier (17-25 minutes on 2 cores, as fast as a shared host runs)
 	$(PYTEST)
 
 test-fast: $(STAMP)  ## skip the slow end-to-end tier (about 3 minutes)

@@ -237,7 +237,8 @@ _LOST_IN_A_FINALIZER = """
 import os, signal, sys, time
 from deploy.runtime.signals import Terminated, unwind_on_signals
 
-unwind_on_signals()
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal: a shell's background job starts
+unwind_on_signals()                                       # with Ctrl-C ignored, and Python keeps it ignored
 
 
 class Finalizer:
