@@ -8,13 +8,11 @@ polling loops. These take httpx's own arguments and return httpx's own objects.
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
-import certifi
 import httpx
 
-_TLS = ssl.create_default_context(cafile=certifi.where())
+_TLS = httpx.create_ssl_context()  # httpx's own default, built once
 
 
 def client(**kwargs: Any) -> httpx.Client:
