@@ -62,6 +62,13 @@ def _bound_memory(builder: SparkSession.Builder) -> SparkSession.Builder:
     return builder.config("spark.driver.extraJavaOptions", f"{options} {_DRIVER_JVM_OPTIONS}".strip())
 # --- end of memory settings ---
 
+#: PySpark records the Python line behind every Column function call (``F.col``, ``F.sum``, ...) for
+#: error messages, at five py4j round trips and a stack walk per call. The speed layer builds its
+#: micro-batch's plans anew each time, so that cost a third of a small micro-batch's CPU and latency
+#: (benchmarks/RESULTS.md, "2026-11-29"). Errors still name the failing expression; set it back to
+#: "true" in ``LAMBDA_SPARK_CONF`` to see the Python line too.
+_CALL_SITES = "spark.python.sql.dataFrameDebugging.enabled"
+
 
 def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bool = False,
                 log_file: Path | None = None, echo: bool = True, packages: tuple[str, ...] = ()) -> SparkSession:
@@ -100,6 +107,7 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config(map=_engine_conf(settings, packages))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config(_CALL_SITES, "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
         .config("spark.local.dir", str(settings.data_dir.resolve() / "spark-tmp"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -12,8 +13,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from deltalake import DeltaTable
 
+from batch_layer.master.delta_log import LogHead
 from deploy.settings import Settings
 from serving.store.connection import redis_client
 from serving.store.keys import Keys
@@ -52,19 +53,25 @@ def running_speed_layer(spark, settings: Settings, pipeline: Any = None) -> Iter
 def processed_version(settings: Settings) -> int | None:
     """The version the speed layer committed last (keys are named by the pipeline's name, not its module path)."""
     speed = Keys(load_pipeline(settings.pipeline).name).speed
-    value = redis_client(settings.redis_url).hget(speed, "processed")
+    value = _client(settings.redis_url).hget(speed, "processed")
     return None if value is None else int(value)
+
+
+@functools.lru_cache(maxsize=16)
+def _client(url: str) -> Any:
+    """One client per Redis URL for the polls above (a client per poll connected anew each time)."""
+    return redis_client(url)
 
 
 def wait_caught_up(settings: Settings, timeout: float = 240, *, speed: threading.Thread | None = None) -> int:
     """Block until the speed layer has processed the master dataset's newest version; return it.
     ``speed``: the speed layer's thread; its death ends the wait at once."""
-    deadline = time.monotonic() + timeout
+    deadline, head = time.monotonic() + timeout, LogHead(str(settings.master_path))
     while True:
         assert speed is None or speed.is_alive(), "the speed layer died (its error follows)"
-        latest = DeltaTable(str(settings.master_path)).version()
+        latest = head.version()
         processed = processed_version(settings)
-        if processed is not None and processed >= latest:
+        if processed is not None and latest is not None and processed >= latest:
             return latest
         if time.monotonic() > deadline:
             raise AssertionError(f"speed layer did not catch up: processed {processed}, latest {latest}")
