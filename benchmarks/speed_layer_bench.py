@@ -2,6 +2,7 @@
 
     python benchmarks/speed_layer_bench.py freshness [--events 240 --rate 4]
     python benchmarks/speed_layer_bench.py freshness-paths [--events 120 --rate 4 --rounds 2]
+    python benchmarks/speed_layer_bench.py call-sites [--events 120 --rate 4 --rounds 2]
     python benchmarks/speed_layer_bench.py throughput [--events 2000000 --versions 200]
     python benchmarks/speed_layer_bench.py compare [--events 500000 --versions 100 --users 1000 50000 --repeat 2]
 
@@ -32,6 +33,10 @@ HINCRBY/HINCRBYFLOAT/ZADD LT,GT/PFADD from ``foreachPartition`` into the same Re
 merge with the batch generation, no generations. Its rate (median of its runs) and ours / peer.
 Prints the rates and their ratios (target: >= 100k events/s), then each micro-batch's time: in the
 speed layer, of it writing to Redis (its slowest writer), and Spark's streaming bookkeeping around it.
+
+call-sites: freshness, and the speed layer's CPU an event, with PySpark's capture of each Column call's
+Python line off (the platform's setting, ``deploy.runtime.spark``) against on (PySpark's default,
+through ``LAMBDA_SPARK_CONF``), in rotation; medians and ratios.
 
 compare: throughput of both speed-layer sources side by side, each run a ``throughput`` child
 process, the delta-rs engine (the Python source) and the delta-spark engine (Delta's own streaming
@@ -131,7 +136,7 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
                 first = time.monotonic() - started if i == 0 else first
             delays: list[float] = []
             interval = 1.0 / rate
-            next_at = time.monotonic()
+            next_at, cpu_before = time.monotonic(), _tree_cpu(speed.pid)
             for i in range(events):
                 time.sleep(max(0.0, next_at - time.monotonic()))
                 next_at += interval
@@ -143,6 +148,8 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
                 delays.append(time.monotonic() - acked)
                 next_at = max(next_at, time.monotonic())
             time.sleep(2.0)  # the last micro-batch's tail
+            cpu_after = _tree_cpu(speed.pid)
+            busy = sum(cpu - cpu_before.get(p, 0.0) for p, cpu in cpu_after.items()) / max(1, len(delays))
             idle = idle_cores(speed.pid, idle_seconds)
         trigger = settings.speed_trigger_seconds
         p50, p95 = statistics.median(delays), percentile(delays, 0.95)
@@ -152,13 +159,15 @@ def freshness(events: int, rate: float, data_dir: Path, idle_seconds: float = 10
         slowest = sorted(range(len(delays)), key=delays.__getitem__)[-8:][::-1]
         print("  slowest (event #: s): " + ", ".join(f"#{i}: {delays[i]:.2f}" for i in slowest))
         print(f"  p95 / trigger interval = {p95 / trigger:.2f}   (target: p95 <= 0.5 s)")
+        print(f"  speed layer's CPU (process, JVM, Python workers): {busy:.3f} CPU-s an event (each its own micro-batch)")
         print(f"  idle speed layer (process, JVM, Python workers): {idle:.3f} cores over {idle_seconds:g} s")
         if json_path:
             write_figures(json_path, "freshness", {"events": len(delays), "rate": rate, "trigger_s": trigger,
                                                    "p50_s": p50, "p95_s": p95, "max_s": max(delays),
                                                    "idle_cores": idle, "idle_seconds": idle_seconds,
-                                                   "warmup_events": warmup, "first_answer_s": first})
-        return {"p50": p50, "p95": p95, "max": max(delays), "idle": idle, "first": first}
+                                                   "warmup_events": warmup, "first_answer_s": first,
+                                                   "cpu_s_per_event": busy})
+        return {"p50": p50, "p95": p95, "max": max(delays), "idle": idle, "first": first, "cpu": busy}
     finally:
         for process in (speed, api):
             stop(process, timeout=60)
@@ -378,29 +387,45 @@ def throughput(events: int, versions: int, users: int, data_dir: Path, storage_e
 
 
 WRITE_PATHS = {"driver (small micro-batches)": {}, "tasks (every micro-batch)": {"LAMBDA_SPEED_DRIVER_ROWS": "0"}}
+#: PySpark's capture of each Column call's Python line (off in ``deploy.runtime.spark``) against it on.
+CALL_SITES = {"call sites off (default)": {},
+              "call sites on": {"LAMBDA_SPARK_CONF": '{"spark.python.sql.dataFrameDebugging.enabled": "true"}'}}
 
 
 def freshness_paths(args: argparse.Namespace) -> None:
     """Freshness with small micro-batches read and written by the driver (the default) against every
     micro-batch going through Spark tasks (``LAMBDA_SPEED_DRIVER_ROWS=0``), in rotation, one fresh
     platform per run; medians of p50 and p95 and their ratios."""
-    found: dict[str, list[dict[str, float]]] = {name: [] for name in WRITE_PATHS}
+    _rotate(WRITE_PATHS, "tasks (every micro-batch)", args, "write path")
+
+
+def call_sites(args: argparse.Namespace) -> None:
+    """Freshness and the speed layer's CPU an event with PySpark's call-site capture off (the platform's
+    setting) against on (PySpark's default), in rotation, one fresh platform per run; medians and ratios."""
+    _rotate(CALL_SITES, "call sites on", args, "call-site capture")
+
+
+def _rotate(variants: dict[str, dict[str, str]], base: str, args: argparse.Namespace, what: str) -> None:
+    """``freshness`` once per variant (its speed layer's environment) per round, in rotation; medians, and each
+    variant's p50, p95 and CPU an event as a ratio of ``base``'s."""
+    found: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for round_ in range(args.rounds):
-        for name, env in WRITE_PATHS.items():
+        for name, env in variants.items():
             print(f"\nround {round_ + 1}, {name}", flush=True)
             data_dir = Path(tempfile.mkdtemp(prefix="lambda-bench-fresh-"))
             try:
                 found[name].append(freshness(args.events, args.rate, data_dir, args.idle_seconds,
-                                                       speed_env=env, warmup=args.warmup))
+                                             speed_env=env, warmup=args.warmup))
             finally:
                 shutil.rmtree(data_dir, ignore_errors=True)
-    base = "tasks (every micro-batch)"
-    print(f"\nfreshness by write path ({args.events} events at {args.rate:g}/s, {args.rounds} rounds each; medians):")
-    for figure in ("p50", "p95", "first", "idle"):
+    print(f"\nfreshness by {what} ({args.events} events at {args.rate:g}/s, {args.rounds} rounds each; medians):")
+    units = {"p50": "s", "p95": "s", "first": "s", "idle": "cores", "cpu": "CPU-s/event"}
+    for figure, unit in units.items():
         medians = {name: statistics.median(r[figure] for r in runs) for name, runs in found.items()}
-        unit = "cores" if figure == "idle" else "s"
-        print(f"  {figure:4s}: " + "   ".join(f"{name} {value:.3f} {unit}" for name, value in medians.items())
-              + (f"   driver/tasks = {medians['driver (small micro-batches)'] / medians[base]:.2f}x" if figure in ("p50", "p95") else ""))
+        ratios = "   ".join(f"{name} / {base} = {value / medians[base]:.2f}x" for name, value in medians.items()
+                           if name != base and figure in ("p50", "p95", "cpu") and medians[base])
+        print(f"  {figure:5s}: " + "   ".join(f"{name} {value:.3f} {unit}" for name, value in medians.items())
+              + (f"   {ratios}" if ratios else ""))
 
 
 SOURCES = {"delta-rs": "Python source (delta-rs)", "delta-spark": "Delta CDF source (delta-spark)"}
@@ -459,11 +484,13 @@ def main() -> None:
         p.add_argument("--data-dir", type=Path, default=None)
         p.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file (for suite.py)")
     fp = sub.add_parser("freshness-paths", help="freshness with small micro-batches on the driver vs all through tasks")
-    fp.add_argument("--events", type=int, default=120)
-    fp.add_argument("--rate", type=float, default=4.0, help="events per second")
-    fp.add_argument("--idle-seconds", type=float, default=5.0)
-    fp.add_argument("--warmup", type=int, default=5, help="events ingested and awaited one by one before measuring")
-    fp.add_argument("--rounds", type=int, default=2, help="runs of each write path, in rotation (default 2)")
+    cs = sub.add_parser("call-sites", help="freshness and CPU an event with PySpark's call-site capture off vs on")
+    for p in (fp, cs):
+        p.add_argument("--events", type=int, default=120)
+        p.add_argument("--rate", type=float, default=4.0, help="events per second")
+        p.add_argument("--idle-seconds", type=float, default=5.0)
+        p.add_argument("--warmup", type=int, default=5, help="events ingested and awaited one by one before measuring")
+        p.add_argument("--rounds", type=int, default=2, help="runs of each variant, in rotation (default 2)")
     cmp = sub.add_parser("compare", help="throughput of the Python source vs Delta's CDF source, side by side")
     cmp.add_argument("--events", type=int, default=500_000)
     cmp.add_argument("--versions", type=int, default=100)
@@ -474,8 +501,9 @@ def main() -> None:
         parser.error("throughput: --events, --versions, --users and --max-rows each take a number of at least 1")
     if args.which == "throughput" and args.events < args.versions:
         parser.error(f"throughput: --events {args.events} is fewer than --versions {args.versions} (commits of one event at least)")
-    if args.which in ("compare", "freshness-paths"):
-        (compare if args.which == "compare" else freshness_paths)(args)
+    rotations = {"compare": compare, "freshness-paths": freshness_paths, "call-sites": call_sites}
+    if args.which in rotations:
+        rotations[args.which](args)
         sys.stdout.flush()
         os._exit(0)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="lambda-bench-"))
