@@ -1,4 +1,4 @@
-"""`lambda-platform up` as a newcomer runs it, then under faults of four kinds with live traffic (slow tier).
+"""`lambda-platform up` as a newcomer runs it, then under one fault of each kind with live traffic (slow tier).
 
 One `up --no-generate` of wordcount, with the README's Kafka section's settings as written, proves:
 
@@ -6,18 +6,13 @@ One `up --no-generate` of wordcount, with the README's Kafka section's settings 
    commands, run as written, feed the embedded broker and their events are answered too (a bad line
    becomes a dead letter, `status` says so); the web console, in headless chromium, shows the
    running platform as the API answers it and `up`'s first batch run through its flip.
-2. Bounded chaos: one fault of each of ``KINDS`` in a seeded order (kill -9 of the API alone, of Redis
-   alone, and of the whole `up` tree: the speed layer's and the scheduler's JVMs, the broker and the
-   Kafka ingest with it, wherever each is; a forced recompute); nothing acknowledged is lost and nothing
-   is counted twice. The oracle is independent of the platform: the writers' own record of what was
-   acknowledged, the master's Delta log and table read with delta-rs (tests/chaos/audit.py), and plain
-   Python views (tests/oracle.py) over every served row. A kill -9 of the speed layer or the scheduler
-   alone (the supervisor restarting one JVM while the rest runs on) is the benchmark's, with faults drawn
-   at random from every kind (benchmarks/chaos.py: >= 50 faults with a summary table); each costs a JVM's
-   start, and what it leaves behind is proven here by the tree's kill, a speed-layer process dying between
-   two write calls by tests/speed_layer/test_exactness.py, a scheduler killed mid-run by
-   tests/deploy/scheduling/test_scheduler.py, and one child's restart after a kill -9 by
-   tests/deploy/supervision/test_supervisor.py.
+2. Bounded chaos: every kind of fault happens once, in a seeded order (kill -9 of the speed layer,
+   the API, the scheduler, Redis and the whole `up` tree, the broker and the Kafka ingest with it;
+   a forced recompute); nothing acknowledged is lost and nothing is counted twice. The oracle is
+   independent of the platform: the writers' own record of what was acknowledged, the master's
+   Delta log and table read with delta-rs (tests/chaos/audit.py), and plain Python views
+   (tests/oracle.py) over every served row. Faults drawn at random after those are the
+   benchmark's (benchmarks/chaos.py: >= 50 faults with a summary table).
 3. SIGTERM stops everything: `up` exits 0 and nothing listens on its port any more.
 """
 
@@ -32,7 +27,7 @@ import httpx
 import pytest
 
 from deploy.settings import load_settings
-from tests.chaos.faults import FaultPlan
+from tests.chaos.faults import FAULT_KINDS, FaultPlan
 from tests.chaos.harness import ChaosConfig, run_chaos
 from tests.chaos.platform_tree import UpTree
 from tests.support import free_port, web
@@ -44,8 +39,6 @@ from tests.support.speed import assert_exact, wait_caught_up
 pytestmark = [pytest.mark.slow, pytest.mark.uses_platform, pytest.mark.uses_kafka, pytest.mark.chaos]
 
 _KAFKA = "Events from Kafka"
-#: The faults of the bounded run, each once (``tests.chaos.faults.FAULT_KINDS`` less the lone JVM kills: above).
-KINDS = ("api", "redis", "up", "recompute")
 
 
 def _up_settings() -> dict[str, str]:
@@ -143,15 +136,15 @@ def test_up_as_a_newcomer_runs_it_then_loses_nothing_under_every_kind_of_fault(
         _every_answer_exact(tree)
         _console_shows_the_platform(browser, http, tree.base_url, run_id, artifacts)
 
-    plan = FaultPlan(max_faults=len(KINDS), kinds=KINDS, min_gap=2.0, max_gap=4.0, wait_fresh=False, seed=7)
+    plan = FaultPlan(max_faults=len(FAULT_KINDS), min_gap=2.0, max_gap=4.0, wait_fresh=False, seed=7)
     config = ChaosConfig(work_dir=tmp_path, plan=plan, rate=15.0, max_batch=30, up_env=_up_settings(),
                          before_traffic=newcomer)
     result = run_chaos(config, progress=print)
     print(result.table())
 
     assert trees, "the newcomer's steps ran"
-    assert set(result.faults) == set(KINDS), f"every kind of fault happens: {dict(result.faults)}"
-    assert result.fault_total == len(KINDS)
+    assert set(result.faults) == set(FAULT_KINDS), f"every kind of fault happens: {dict(result.faults)}"
+    assert result.fault_total == len(FAULT_KINDS)
     assert result.acknowledged_events > 0 and result.findings.counters["answers checked"] > 0
     assert result.rows_compared > 0 and result.keys_in_log >= result.acknowledged_requests
     assert not result.findings.violations, result.table()

@@ -56,8 +56,7 @@ def test_reads_between_two_write_chunks_are_exact_at_the_version_named(spark, ma
     Both ways in turn on one master: cut in the tasks and replayed with driver settings, then the reverse.
     The task-side cut is a real SIGKILL of a speed-layer process's Python worker (a fault point reached in
     an executor); the driver-side cut fails the query in this process at the same point, leaving Redis as
-    the kill would (a kill -9 of the whole speed-layer process, with the rest of `up`'s tree: the chaos test's
-    ``up`` fault)."""
+    the kill would (the kill -9 of a whole speed-layer process: the chaos test's ``speed`` fault)."""
     driver_rows = {"tasks": 0, "driver": 10_000}
     master, rng = None, random.Random(31)
     for cut_by, replay_by in (("tasks", "driver"), ("driver", "tasks")):
@@ -134,8 +133,8 @@ def test_a_replayed_micro_batch_and_a_killed_batch_run_stay_exact(spark, make_se
     offsets (where a kill -9 leaves it): the runner restarts the query, which replays that micro-batch under
     the same id, and only the guard keeps it from counting twice. Then, while events keep coming, a batch run
     dies after its barrier and gold, before its flip. Every answer is exact at the version named.
-    (A kill -9 of `up`'s whole tree, its speed layer mid-stream and its scheduler among it: the bounded chaos
-    test, tests/chaos/test_chaos.py.)"""
+    (A kill -9 of the speed layer's process mid-stream, of the scheduler during a run, of `up`'s whole tree:
+    the bounded chaos test, tests/chaos/test_chaos.py.)"""
     settings = make_settings(pipeline="payments", speed_trigger_seconds=0.2)
     master, rng = open_master(settings), random.Random(23)
     ingest_some(master, rng, 60)
