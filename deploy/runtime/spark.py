@@ -64,9 +64,10 @@ def _bound_memory(builder: SparkSession.Builder) -> SparkSession.Builder:
 
 #: PySpark records the Python line behind every Column function call (``F.col``, ``F.sum``, ...) for
 #: error messages, at five py4j round trips and a stack walk per call. The speed layer builds its
-#: micro-batch's plans anew each time, so that cost a third of a small micro-batch's CPU and latency
-#: (benchmarks/RESULTS.md, "2026-11-29"). Errors still name the failing expression; set it back to
-#: "true" in ``LAMBDA_SPARK_CONF`` to see the Python line too.
+#: micro-batch's plans anew each time, so that cost grows with a pipeline's views and measures: a third
+#: of a small payments micro-batch's CPU, nothing measurable for wordcount's (benchmarks/RESULTS.md,
+#: "2026-11-29"). Errors still name the failing expression; set it back to "true" in
+#: ``LAMBDA_SPARK_CONF`` to see the Python line too.
 _CALL_SITES = "spark.python.sql.dataFrameDebugging.enabled"
 
 
