@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import redis
 
 from batch_layer.master.delta_log import LogHead
 from deploy.settings import Settings
@@ -58,7 +59,7 @@ def processed_version(settings: Settings) -> int | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _client(url: str) -> Any:
+def _client(url: str) -> redis.Redis:
     """One client per Redis URL for the polls above (a client per poll connected anew each time)."""
     return redis_client(url)
 
