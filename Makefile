@@ -13,12 +13,15 @@ NICE   ?= nice -n 10
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-$(STAMP): pyproject.toml
+# The last step adds bytecode to the PySpark archives Spark's Python workers import: without it each worker
+# process compiles PySpark again, about a CPU-second (deploy/runtime/worker_bytecode.py).
+$(STAMP): pyproject.toml deploy/runtime/worker_bytecode.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
 	@command -v java >/dev/null || { echo "Java 17+ is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m deploy.runtime.worker_bytecode
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install; then `source .venv/bin/activate` puts lambda-platform on PATH
