@@ -13,16 +13,20 @@ NICE   ?= nice -n 10
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-# The last step adds bytecode to the PySpark archives Spark's Python workers import: without it each worker
-# process compiles PySpark again, about a CPU-second (deploy/runtime/worker_bytecode.py). Not a requirement: an
-# archive it cannot write (a read-only SPARK_HOME) is named and left as it was, and the install goes on.
-$(STAMP): pyproject.toml deploy/runtime/worker_bytecode.py
+# The last two steps save start-up work later, and neither is a requirement (a failure is named, the install goes
+# on, and the platform runs as without it). worker_bytecode adds bytecode to the PySpark archives Spark's Python
+# workers import: without it each worker process compiles PySpark again, about a CPU-second. class_archive_training
+# writes this installation's Spark class-data-sharing archives (about a minute, once): without them the first
+# Spark JVMs of `up` or of a test run load their classes from the jars, and the first to exit spends 15-30 s
+# writing the archive (deploy/runtime/class_archive.py).
+$(STAMP): pyproject.toml deploy/runtime/worker_bytecode.py deploy/runtime/class_archive_training.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
 	@command -v java >/dev/null || { echo "Java 17+ is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,lint]'
 	-$(BIN)/python -m deploy.runtime.worker_bytecode
+	-$(BIN)/python -m deploy.runtime.class_archive_training
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install; then `source .venv/bin/activate` puts lambda-platform on PATH

@@ -69,8 +69,8 @@ class Settings(Locations, KafkaSettings):
                                 description="Ivy cache for Spark's jars (delta-spark, Kafka), shared by every run.")
     spark_class_archive_dir: Path | None = Field(
         Path("~/.cache/lambda-platform/cds"), description="Class-data-sharing archives of the Spark driver JVM's "
-        "classes, written by the first command that exits and mapped by later JVMs (faster start-up: "
-        "benchmarks/RESULTS.md); empty: off."
+        "classes, written by `make install` (python -m deploy.runtime.class_archive_training) or else by the first "
+        "command that exits, and mapped by later JVMs (faster start-up: benchmarks/RESULTS.md); empty: off."
     )
     http_host: str = Field("127.0.0.1", description="Address the HTTP API binds to.")
     http_port: int = Field(8000, ge=1, le=65535, description="Port the HTTP API binds to.")

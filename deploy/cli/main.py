@@ -17,7 +17,6 @@ from deploy.cli.exits import EXIT_FAILED, EXIT_USAGE, report
 from deploy.cli.parser import build_parser
 from deploy.data_dir import private_dir
 from deploy.errors import ApiError, DeployError
-from deploy.runtime.class_archive import adopt_archive
 from deploy.runtime.signals import Terminated, unwind_on_signals
 from deploy.settings import Settings, load_settings
 from deploy.terminal import configure_logging, console
@@ -81,31 +80,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def _stop_spark(timeout: float = 60.0) -> None:
-    """Stop this process's Spark, if it started one, and wait for its JVM to exit: the JVM's output goes to a
-    log file, not to the command's own stdout, so nothing else makes the command outlive it; a cluster then
-    lists the application as finished by the time the command returns."""
-    if "pyspark" not in sys.modules:
-        return
-    from pyspark import SparkContext
-
-    context, gateway = SparkContext._active_spark_context, SparkContext._gateway
-    try:
-        if context is not None:
-            context.stop()
-        if gateway is not None:
-            # Marks the client disconnected first: a JavaObject collected after the JVM exits then sends
-            # nothing, where it would log a Py4JNetworkError traceback on the command's stderr.
-            gateway.shutdown()
-        process = getattr(gateway, "proc", None)
-        if process is not None:
-            process.stdin.close()  # the JVM exits when its stdin closes (PySpark's gateway protocol)
-            process.wait(timeout)
-            adopt_archive()
-    except Exception as e:  # exiting either way; say why the JVM may outlive the command
-        log.warning("Spark did not stop cleanly: %s", e)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point.
 
@@ -113,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     abort at interpreter shutdown (a known arrow/delta-rs fault, exit 134), which would hide the
     command's real exit status.
     """
+    from deploy.runtime.spark import stop_spark
+
     code = run(argv)
-    _stop_spark()
+    stop_spark()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

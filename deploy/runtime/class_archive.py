@@ -68,6 +68,11 @@ def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
     return f"-XX:ArchiveClassesAtExit={_pending} {_QUIET}"
 
 
+def claimed() -> bool:
+    """Whether this process's JVM claimed an archive: it writes it at exit, and ``adopt_archive`` moves it in."""
+    return _pending is not None
+
+
 def adopt_archive() -> None:
     """Once this process's JVM has exited: move the archive it wrote at exit into place, if it wrote one
     (a claim the JVM did not write over, being empty, is dropped: the next driver claims again)."""
@@ -82,6 +87,12 @@ def adopt_archive() -> None:
     os.replace(written, final)  # atomic; a JVM that mapped an earlier copy keeps its own inode
     log.info("wrote the Spark class-data-sharing archive %s: later Spark JVMs start faster", final)
     _keep(final.parent, installation=final.name.split("-")[1])
+
+
+def installation_archives(folder: Path) -> list[Path]:
+    """The archives in ``folder`` of this Java and Spark installation: one per set of extra jars."""
+    installation, _ = _identity({})
+    return sorted(folder.expanduser().glob(f"spark-{installation}-*.jsa"))
 
 
 def _keep(folder: Path, *, installation: str) -> None:

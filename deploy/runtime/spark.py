@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from deploy.data_dir import private_dir
-from deploy.runtime.class_archive import archive_options
+from deploy.runtime.class_archive import adopt_archive, archive_options
 from deploy.runtime.resolved_jars import record, use_recorded
 from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 from deploy.runtime.signals import signals_held
@@ -133,6 +133,32 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark
+
+
+def stop_spark(timeout: float = 60.0) -> None:
+    """Stop this process's Spark, if it started one, and wait for its JVM to exit: the JVM's output goes to a
+    log file, not to the command's own stdout, so nothing else makes the command outlive it; a cluster then
+    lists the application as finished by the time the command returns. A class-data-sharing archive the JVM
+    wrote at exit is moved into place (``class_archive.adopt_archive``)."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    context, gateway = SparkContext._active_spark_context, SparkContext._gateway
+    try:
+        if context is not None:
+            context.stop()
+        if gateway is not None:
+            # Marks the client disconnected first: a JavaObject collected after the JVM exits then sends
+            # nothing, where it would log a Py4JNetworkError traceback on the command's stderr.
+            gateway.shutdown()
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            process.stdin.close()  # the JVM exits when its stdin closes (PySpark's gateway protocol)
+            process.wait(timeout)
+            adopt_archive()
+    except Exception as e:  # exiting either way; say why the JVM may outlive the command
+        log.warning("Spark did not stop cleanly: %s", e)
 
 
 # --- the JVM's output: a log file, and stderr only on request ------------------------------------
