@@ -16,9 +16,9 @@ help:  ## list targets
 # The last two steps save start-up work later, and neither is a requirement (a failure is named, the install goes
 # on, and the platform runs as without it). worker_bytecode adds bytecode to the PySpark archives Spark's Python
 # workers import: without it each worker process compiles PySpark again, about a CPU-second. class_archive_training
-# writes this installation's Spark class-data-sharing archives (about a minute, once): without them the first
-# Spark JVMs of `up` or of a test run load their classes from the jars, and the first to exit spends 15-30 s
-# writing the archive (deploy/runtime/class_archive.py).
+# writes this installation's Spark class-data-sharing archives (a minute or two, once; nothing when they are in
+# place): without them the first Spark drivers of `up` or of a test run load their classes from the jars, and the
+# first to exit spends 15-30 s writing the archive (deploy/runtime/class_archive.py).
 $(STAMP): pyproject.toml deploy/runtime/worker_bytecode.py deploy/runtime/class_archive_training.py
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is needed"'
 	@command -v java >/dev/null || { echo "Java 17+ is needed (apt-get install openjdk-17-jre-headless)"; exit 1; }

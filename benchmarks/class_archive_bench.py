@@ -7,9 +7,9 @@ First the install's training (``python -m deploy.runtime.class_archive_training`
 temporary folder, timed: that is what `make install` pays once. Then each pair runs the same command on the same
 wordcount master, a fresh process each time: side A with class-data sharing off (``LAMBDA_SPARK_CLASS_ARCHIVE_DIR``
 empty: what every driver of a jar set paid before its first archive was written), side B mapping the trained
-archive. A and B alternate, so drift hits both alike; the wall seconds and the CPU seconds of the command and all
-its processes (the JVM, Python workers, the embedded Redis) are printed per pair with the ratio B/A, and their
-medians. Nothing is asserted.
+archive. A and B alternate, so drift hits both alike; the wall seconds and the CPU seconds of the command and the
+processes it waits for (the JVM and its Python workers; the embedded Redis runs as a daemon and is not counted) are
+printed per pair with the ratio B/A, and their medians. Nothing is asserted.
 """
 
 from __future__ import annotations

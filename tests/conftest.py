@@ -7,10 +7,8 @@ tests talk HTTP to a real uvicorn server.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -142,20 +140,11 @@ def storage_engine(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@contextmanager
-def _ivy_lock(ivy_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock beside the shared Ivy cache: Ivy does not lock its own downloads."""
-    folder = ivy_dir.expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lambda-tests.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
     cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
+    from deploy.runtime.resolved_jars import resolution_lock
     from deploy.runtime.spark import build_spark
 
     # No class-data-sharing archive: this JVM ends with the test process, so it would dump one (200 MB, a core
@@ -170,7 +159,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         storage_engine="delta-spark", spark_class_archive_dir="",
         spark_conf={"spark.sql.codegen.wholeStage": False},
     )
-    with _ivy_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
+    with resolution_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
         session = build_spark(settings, "lambda-tests")
     yield session
     session.stop()

@@ -49,9 +49,8 @@ def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
     global _pending
     if folder is None:
         return ""
-    folder = folder.expanduser()
-    installation, extras = _identity(spark_options)
-    archive = folder / f"spark-{installation}-{extras}.jsa"
+    archive = archive_path(folder, spark_options)
+    folder = archive.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with _locked(folder):
@@ -60,12 +59,20 @@ def archive_options(folder: Path | None, spark_options: dict[str, str]) -> str:
                 return f"-XX:SharedArchiveFile={archive} -Xshare:auto {_QUIET}"
             if any(folder.glob(f"{archive.name}.*.partial")):
                 return ""  # another live process claimed it: run as without sharing, write nothing
-            _pending = folder / f"{archive.name}.{os.getpid()}.partial"
-            _pending.touch()  # the claim; the JVM writes over it at exit
+            claim = folder / f"{archive.name}.{os.getpid()}.partial"
+            claim.touch()  # the claim; the JVM writes over it at exit
+            _pending = claim
     except OSError as e:  # a read-only cache: run without sharing, say so once
         log.warning("no class-data-sharing archive (JVM start-up is slower): %s", e)
         return ""
     return f"-XX:ArchiveClassesAtExit={_pending} {_QUIET}"
+
+
+def archive_path(folder: Path, spark_options: dict[str, str]) -> Path:
+    """Where the archive of a Spark driver with the builder's settings ``spark_options`` is, or would be, in
+    ``folder``: named after this Java and Spark installation and the driver's extra jars."""
+    installation, extras = _identity(spark_options)
+    return folder.expanduser() / f"spark-{installation}-{extras}.jsa"
 
 
 def claimed() -> bool:
@@ -86,7 +93,17 @@ def adopt_archive() -> None:
     final = written.parent / written.name.rsplit(".", 2)[0]
     os.replace(written, final)  # atomic; a JVM that mapped an earlier copy keeps its own inode
     log.info("wrote the Spark class-data-sharing archive %s: later Spark JVMs start faster", final)
-    _keep(final.parent, installation=final.name.split("-")[1])
+    with _locked(final.parent):  # another process's adoption may be choosing what to keep too
+        _keep(final.parent, installation=final.name.split("-")[1])
+
+
+def discard_claim() -> None:
+    """Give up this process's claim (its JVM's run went wrong): nothing is adopted, the next driver claims
+    again, and what its JVM may still write at exit is an orphan the next ``archive_options`` deletes."""
+    global _pending
+    claim, _pending = _pending, None
+    if claim is not None:
+        claim.unlink(missing_ok=True)
 
 
 def installation_archives(folder: Path) -> list[Path]:

@@ -7,13 +7,16 @@ the jars, and the writer's exit takes a core for 15-30 s more.
 
 One Spark application per jar set the commands use under the current settings (the storage engine's jars;
 the same with Spark's Kafka source, for ``kafka ingest``), each in its own process, loads what the
-platform's drivers load: a DataFrame from pandas through Arrow and back, an aggregation over time windows,
-a streaming query from a Python data source through ``foreachBatch`` (the speed layer's path), and for the
-Kafka set, a Kafka source. Classes none of these load come from the jars as before.
+platform's drivers load: parquet and Arrow in and out, an aggregation over time windows, a join and
+``mapInArrow``; a streaming query from a Python data source through ``foreachBatch`` (the speed layer's
+path); JVM Delta and its change feed under delta-spark; and for the Kafka set, a Kafka source's query.
+Classes none of these load come from the jars as before.
 
 Guarantees: what a JVM runs never changes (an archive only maps classes the JVM would have loaded; see
-``class_archive``); an archive in place, or one another process is writing, is left alone; a set that fails
-is named, the others are still written, and the exit status is 1 (the platform then runs as without it).
+``class_archive``). An archive in place, or one another process is writing, is left alone, and no JVM is
+started for it. A training run that fails (Ctrl-C too) gives up its claim and its JVM is killed, so no
+archive of a partial run is put in place; the set is named, the others are still written, the exit status
+is 1, and the first command of that set to exit normally writes its archive, as without this step.
 """
 
 from __future__ import annotations
@@ -49,29 +52,36 @@ def jar_sets() -> dict[str, tuple[str, ...]]:
 
 
 def main() -> int:
-    """Train one archive per jar set, each in a fresh process (one JVM per process); 1 if any failed."""
-    from deploy.runtime import class_archive_training  # the training by its module's name, not __main__'s:
-    # a spawned process imports it so, and Spark's Python workers unpickle its data source by that name
+    """Train the archives not in place yet, each in a process of its own (one JVM each), side by side; 1 if any
+    is missing at the end."""
+    # The training by its module's name, not __main__'s: a spawned process imports it so, and Spark's Python
+    # workers unpickle its data source by that name.
+    from deploy.runtime import class_archive_training
+    from deploy.runtime.spark import class_archive_path
 
     _quiet_logging()
-    folder = load_settings().spark_class_archive_dir
-    if folder is None:
-        log.info("class-data sharing is off (LAMBDA_SPARK_CLASS_ARCHIVE_DIR is empty): no archive to write")
+    settings = load_settings()
+    archives = {name: class_archive_path(settings, packages) for name, packages in jar_sets().items()}
+    missing = [name for name, archive in archives.items() if archive is not None and not archive.is_file()]
+    if not missing:
+        off = all(archive is None for archive in archives.values())
+        log.info("Spark's class-data-sharing archives: %s", "off (LAMBDA_SPARK_CLASS_ARCHIVE_DIR is empty)" if off
+                 else "in place")
         return 0
-    log.info("writing Spark's class-data-sharing archives in %s (once: later Spark JVMs start faster)", folder)
-    spawn = multiprocessing.get_context("spawn")  # side by side: a JVM's start and dump use about one core
-    training = {name: spawn.Process(target=class_archive_training._train, args=(name, packages))
-                for name, packages in jar_sets().items()}
-    for process in training.values():
-        process.start()
-    for process in training.values():
-        process.join()
-    failed = [name for name, process in training.items() if process.exitcode != 0]
-    archives = class_archive.installation_archives(folder)
-    log.info("%d archive(s) of this installation in place: %s", len(archives), ", ".join(p.name for p in archives))
+    log.info("writing Spark's class-data-sharing archives for: %s (once, a minute or two: later Spark JVMs start "
+             "faster)", ", ".join(missing))
+    spawn = multiprocessing.get_context("spawn")  # side by side: a JVM's start and dump use about one core each
+    training = [spawn.Process(target=class_archive_training._train, args=(name, jar_sets()[name])) for name in missing]
+    try:
+        for process in training:
+            process.start()
+    finally:
+        for process in training:  # on Ctrl-C too: each gives up its claim and stops its JVM
+            process.join()
+    failed = [name for name, process in zip(missing, training, strict=True) if process.exitcode != 0]
     if failed:
-        log.error("the training run failed for: %s (see above); an archive written anyway holds only the classes "
-                  "loaded before the failure, and Spark JVMs load the others from the jars", ", ".join(failed))
+        log.error("no class-data-sharing archive for: %s (see above); their Spark JVMs load classes from the jars, "
+                  "and the first to exit normally writes the archive", ", ".join(failed))
     return 1 if failed else 0
 
 
@@ -82,36 +92,57 @@ def _quiet_logging() -> None:
 
 
 def _train(name: str, packages: tuple[str, ...]) -> None:
-    """In a process of its own: start Spark with ``packages``; if its JVM claimed the archive, exercise it;
-    stop it, so the JVM writes the archive at exit and it is moved into place."""
-    from deploy.runtime.spark import build_spark, stop_spark
+    """In a process of its own: start Spark with ``packages``, exercise it, stop it, so its JVM writes the archive
+    it claimed at exit and it is moved into place. On any failure (Ctrl-C too) the claim is given up and the JVM
+    killed before it writes anything: no archive of a partial run is ever put in place. Exits 1 unless the
+    archive is in place (or another process is writing it)."""
+    from deploy.runtime.resolved_jars import resolution_lock
+    from deploy.runtime.spark import build_spark, class_archive_path, stop_spark
 
     _quiet_logging()
     with tempfile.TemporaryDirectory(prefix="lambda-class-archive-") as scratch:
         settings = load_settings(data_dir=Path(scratch))
         try:
-            spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log",
-                                echo=False, packages=packages)
-            if class_archive.claimed():
-                _exercise(spark, Path(scratch), kafka=bool(packages))
-            else:
-                log.info("%s: an archive is in place or being written by another process", name)
-        except Exception as e:
+            with resolution_lock(settings.spark_ivy_dir):  # the other training may resolve into the same cache
+                spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log",
+                                    echo=False, packages=packages)
+            if not class_archive.claimed():
+                log.info("%s: another process is writing this archive", name)
+                stop_spark()
+                return
+            _exercise(spark, Path(scratch), storage_engine=settings.storage_engine, kafka=bool(packages))
+        except BaseException as e:
+            class_archive.discard_claim()
+            _kill_jvm()
             log.error("%s: the training run failed: %s: %s", name, type(e).__name__, e)
-            stop_spark()
             sys.exit(1)
-        stop_spark()
-        log.info("%s: done", name)
+        stop_spark(timeout=600)  # the JVM writes ~200 MB at exit: on two busy cores that can take minutes
+    archive = class_archive_path(settings, packages)
+    if archive is None or not archive.is_file():
+        log.error("%s: the JVM exited without writing %s", name, archive)
+        sys.exit(1)
+    log.info("%s: %s written", name, archive.name)
 
 
-def _exercise(spark: SparkSession, scratch: Path, *, kafka: bool) -> None:
-    """What the platform's drivers load: the batch layer's kinds of work, the speed layer's streaming query, and
-    (``kafka``) the Kafka source's provider and schema."""
+def _kill_jvm() -> None:
+    """SIGKILL this process's Spark JVM, if it started one: nothing is written at its exit."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None:
+        process.kill()
+        process.wait(60)
+
+
+def _exercise(spark: SparkSession, scratch: Path, *, storage_engine: str, kafka: bool) -> None:
+    """What the platform's drivers load: the batch layer's kinds of work (JVM Delta's too, under delta-spark),
+    the speed layer's streaming query, and (``kafka``) a Kafka source's query."""
     _batch_work(spark, scratch)
     _streaming_work(spark)
+    if storage_engine == "delta-spark":
+        _delta_work(spark, scratch)
     if kafka:
-        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
-        reader.option("subscribe", "class-archive").load().schema  # noqa: B018 - resolving it loads the source
+        _kafka_work(spark)
 
 
 def _batch_work(spark: SparkSession, scratch: Path) -> None:
@@ -138,6 +169,34 @@ def _streaming_work(spark: SparkSession) -> None:
 
     query = spark.readStream.format(_TicksSource.name()).load().writeStream.foreachBatch(_batch).start()
     query.processAllAvailable()
+    query.stop()
+
+
+def _delta_work(spark: SparkSession, scratch: Path) -> None:
+    """JVM Delta: a table written with its change feed, read whole and as a change-feed stream (the speed layer's
+    input under delta-spark)."""
+    table = str(scratch / "delta")
+    spark.range(3).write.format("delta").option("delta.enableChangeDataFeed", "true").save(table)
+    spark.read.format("delta").load(table).count()
+    changes = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(table)
+    query = changes.writeStream.format("noop").start()
+    query.processAllAvailable()
+    query.stop()
+
+
+def _kafka_work(spark: SparkSession) -> None:
+    """A Kafka source's query, started against a port nobody listens on: its admin client and consumer set-up
+    load, then it fails within seconds (the failure is the expected end)."""
+    from pyspark.errors import StreamingQueryException
+
+    reader = spark.readStream.format("kafka").options(**{
+        "kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "class-archive", "kafka.request.timeout.ms": "2000",
+        "kafka.default.api.timeout.ms": "3000", "fetchOffset.numRetries": "1"})
+    query = reader.load().writeStream.format("noop").start()
+    try:
+        query.awaitTermination(20)
+    except StreamingQueryException:
+        pass
     query.stop()
 
 

@@ -15,9 +15,12 @@ that driver resolves again and records anew. A driver never gets jars another re
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -31,6 +34,17 @@ log = logging.getLogger(__name__)
 _DECIDING = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.repositories", "spark.jars.ivySettings",
              "spark.jars")
 _RESOLUTION = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.repositories", "spark.jars.ivySettings")
+
+
+@contextmanager
+def resolution_lock(ivy_dir: Path) -> Iterator[None]:
+    """An exclusive lock beside the Ivy cache ``ivy_dir`` for the block: Ivy does not lock its own downloads, so
+    drivers started side by side by one caller (two trainings, two test workers) resolve one after the other."""
+    folder = ivy_dir.expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lambda-resolve.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def use_recorded(options: dict[str, str]) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from deploy.data_dir import private_dir
-from deploy.runtime.class_archive import adopt_archive, archive_options
+from deploy.runtime.class_archive import adopt_archive, archive_options, archive_path
 from deploy.runtime.resolved_jars import record, use_recorded
 from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 from deploy.runtime.signals import signals_held
@@ -133,6 +133,16 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark
+
+
+def class_archive_path(settings: Settings, packages: tuple[str, ...] = ()) -> Path | None:
+    """The class-data-sharing archive ``build_spark(settings, packages=packages)`` maps once it is written (None:
+    sharing is off). Its name follows the jars the builder gets: the engine's and ``packages``, then the operator's
+    ``LAMBDA_SPARK_CONF`` over them, as in ``build_spark``."""
+    if settings.spark_class_archive_dir is None:
+        return None
+    options = {key: str(value) for key, value in {**_engine_conf(settings, packages), **settings.spark_conf}.items()}
+    return archive_path(settings.spark_class_archive_dir, options)
 
 
 def stop_spark(timeout: float = 60.0) -> None:
