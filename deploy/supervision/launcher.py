@@ -137,45 +137,55 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
         if not master.holds_data():
             _fresh_master(master, console)
 
+    # The embedded broker's JVM starts first and the other parts beside it; only the Kafka ingest waits for it.
+    broker = _launch_broker(supervisor, settings, env, logs)
     parts = [("api", ["serve"]), ("speed", ["speed", "run"]), ("scheduler", ["batch", "schedule"])]
-    if settings.kafka_bootstrap is not None:
-        _start_kafka_broker(supervisor, settings, env, logs, console)
-        parts.append(("kafka-ingest", ["kafka", "ingest"]))
     if generate_traffic:
         several = len(masters) > 1
         parts += [(f"generator-{master.pipeline.name}" if several else "generator", ["--pipeline", name, "generate"])
                   for name, master in masters.items() if master.pipeline.name in SAMPLES]
     for name, args in parts:
-        child = Child(name, [*_CLI, *args], env, logs / f"{name}.log")
-        supervisor.children.append(child)
-        child.start()
+        _start_part(supervisor, name, args, env, logs)
+    if settings.kafka_bootstrap is not None:
+        _await_broker(settings, broker, logs, console)
+        _start_part(supervisor, "kafka-ingest", ["kafka", "ingest"], env, logs)
 
 
-def _start_kafka_broker(supervisor: Supervisor, settings: Settings, env: dict[str, str], logs: Path,
-                        console: Console) -> None:
-    """LAMBDA_KAFKA_BOOTSTRAP_SERVERS=embedded: the local broker (unless one answers already), stopped with Redis."""
+def _start_part(supervisor: Supervisor, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
+    child = Child(name, [*_CLI, *args], env, logs / f"{name}.log")
+    supervisor.children.append(child)
+    child.start()
+
+
+def _launch_broker(supervisor: Supervisor, settings: Settings, env: dict[str, str], logs: Path) -> Child | None:
+    """LAMBDA_KAFKA_BOOTSTRAP_SERVERS=embedded: start the local broker (unless one answers already), stopped with
+    Redis; it is not waited for here (``_await_broker``)."""
+    from deploy.runtime.kafka_broker import answers
+
+    bootstrap = settings.kafka_bootstrap
+    if not settings.kafka_embedded or bootstrap is None or answers(bootstrap):
+        return None
+    broker = Child("kafka", [*_CLI, "kafka", "broker"], env, logs / "kafka.log", stop_last=True)
+    supervisor.children.append(broker)
+    broker.start()
+    return broker
+
+
+def _await_broker(settings: Settings, broker: Child | None, logs: Path, console: Console) -> None:
+    """The embedded broker answers (``broker``: the one `up` started, or None) and has the configured topics."""
     from deploy.runtime.kafka_broker import answers
 
     bootstrap = settings.kafka_bootstrap
     if not settings.kafka_embedded or bootstrap is None:
         return
-    if not answers(bootstrap):
-        _run_broker(supervisor, bootstrap, env, logs, console)
-    _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
-
-
-def _run_broker(supervisor: Supervisor, bootstrap: str, env: dict[str, str], logs: Path, console: Console) -> None:
-    from deploy.runtime.kafka_broker import answers
-
-    broker = Child("kafka", [*_CLI, "kafka", "broker"], env, logs / "kafka.log", stop_last=True)
-    supervisor.children.append(broker)
-    broker.start()
     with console.status(f"starting the embedded Kafka broker on {bootstrap} (the first time resolves its jars)"):
         deadline = time.monotonic() + 300
         while not answers(bootstrap):
-            if broker.process is None or broker.process.poll() is not None or time.monotonic() > deadline:
+            gone = broker is None or broker.process is None or broker.process.poll() is not None
+            if gone or time.monotonic() > deadline:
                 raise KafkaBrokerError(f"the embedded Kafka broker did not start: see {logs / 'kafka.log'}")
             time.sleep(0.5)
+    _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
 
 
 def _create_topics(bootstrap: str, topics: list[str], partitions: int = 2) -> None:
