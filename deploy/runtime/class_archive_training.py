@@ -13,8 +13,8 @@ path); JVM Delta and its change feed under delta-spark; and for the Kafka set, a
 Classes none of these load come from the jars as before.
 
 Guarantees: what a JVM runs never changes (an archive only maps classes the JVM would have loaded; see
-``class_archive``). An archive in place, or one another process is writing, is left alone, and no JVM is
-started for it. A training run that fails (Ctrl-C too) gives up its claim and its JVM is killed, so no
+``class_archive``). An archive in place is left alone and no JVM is started for it; one another process
+is writing is left to it. A training run that fails (Ctrl-C too) gives up its claim and its JVM is killed, so no
 archive of a partial run is put in place; the set is named, the others are still written, the exit status
 is 1, and the first command of that set to exit normally writes its archive, as without this step.
 """
@@ -111,15 +111,15 @@ def _train(name: str, packages: tuple[str, ...]) -> None:
                 stop_spark()
                 return
             _exercise(spark, Path(scratch), storage_engine=settings.storage_engine, kafka=bool(packages))
-        except BaseException as e:
+            stop_spark(timeout=600)  # the JVM writes ~200 MB at exit: on two busy cores that can take minutes
+        except BaseException as e:  # Ctrl-C too, while the JVM starts, works or writes
             class_archive.discard_claim()
             _kill_jvm()
             log.error("%s: the training run failed: %s: %s", name, type(e).__name__, e)
             sys.exit(1)
-        stop_spark(timeout=600)  # the JVM writes ~200 MB at exit: on two busy cores that can take minutes
     archive = class_archive_path(settings, packages)
     if archive is None or not archive.is_file():
-        log.error("%s: the JVM exited without writing %s", name, archive)
+        log.error("%s: no archive was put in place (%s; see above)", name, archive)
         sys.exit(1)
     log.info("%s: %s written", name, archive.name)
 

@@ -181,8 +181,9 @@ def _await_broker(settings: Settings, broker: Child | None, logs: Path, console:
     with console.status(f"starting the embedded Kafka broker on {bootstrap} (the first time resolves its jars)"):
         deadline = time.monotonic() + 300
         while not answers(bootstrap):
-            gone = broker is None or broker.process is None or broker.process.poll() is not None
-            if gone or time.monotonic() > deadline:
+            if broker is None:  # it answered when `up` started: not ours to wait for
+                raise KafkaBrokerError(f"the Kafka broker at {bootstrap} stopped answering while `up` started")
+            if broker.process is None or broker.process.poll() is not None or time.monotonic() > deadline:
                 raise KafkaBrokerError(f"the embedded Kafka broker did not start: see {logs / 'kafka.log'}")
             time.sleep(0.5)
     _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
