@@ -78,11 +78,16 @@ def main() -> int:
     finally:
         for process in training:  # on Ctrl-C too: each gives up its claim and stops its JVM
             process.join()
-    failed = [name for name, process in zip(missing, training, strict=True) if process.exitcode != 0]
+    failed = [name for name, process in zip(missing, training, strict=True)
+              if process.exitcode != 0 or not _in_place(archives[name])]
     if failed:
         log.error("no class-data-sharing archive for: %s (see above); their Spark JVMs load classes from the jars, "
                   "and the first to exit normally writes the archive", ", ".join(failed))
     return 1 if failed else 0
+
+
+def _in_place(archive: Path | None) -> bool:
+    return archive is not None and archive.is_file()
 
 
 def _quiet_logging() -> None:
@@ -106,8 +111,9 @@ def _train(name: str, packages: tuple[str, ...]) -> None:
             with resolution_lock(settings.spark_ivy_dir):  # the other training may resolve into the same cache
                 spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log",
                                     echo=False, packages=packages)
-            if not class_archive.claimed():
-                log.info("%s: another process is writing this archive", name)
+            if not class_archive.claimed():  # the folder cannot be written, or another process writes it
+                log.warning("%s: this run cannot write the archive (see above, or another process is writing it)",
+                            name)
                 stop_spark()
                 return
             _exercise(spark, Path(scratch), storage_engine=settings.storage_engine, kafka=bool(packages))
