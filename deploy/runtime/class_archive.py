@@ -106,12 +106,6 @@ def discard_claim() -> None:
         claim.unlink(missing_ok=True)
 
 
-def installation_archives(folder: Path) -> list[Path]:
-    """The archives in ``folder`` of this Java and Spark installation: one per set of extra jars."""
-    installation, _ = _identity({})
-    return sorted(folder.expanduser().glob(f"spark-{installation}-*.jsa"))
-
-
 def _keep(folder: Path, *, installation: str) -> None:
     """Delete other installations' archives beyond the newest, keeping ``_KEEP`` in all and every archive of
     ``installation``; a JVM that mapped a deleted one keeps it until it exits."""

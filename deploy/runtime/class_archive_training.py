@@ -53,7 +53,7 @@ def jar_sets() -> dict[str, tuple[str, ...]]:
 
 def main() -> int:
     """Train the archives not in place yet, each in a process of its own (one JVM each), side by side; 1 if any
-    is missing at the end."""
+    of those runs did not put its archive in place."""
     # The training by its module's name, not __main__'s: a spawned process imports it so, and Spark's Python
     # workers unpickle its data source by that name.
     from deploy.runtime import class_archive_training
@@ -61,25 +61,25 @@ def main() -> int:
 
     _quiet_logging()
     settings = load_settings()
-    archives = {name: class_archive_path(settings, packages) for name, packages in jar_sets().items()}
-    missing = [name for name, archive in archives.items() if archive is not None and not archive.is_file()]
+    if settings.spark_class_archive_dir is None:
+        log.info("class-data sharing is off (LAMBDA_SPARK_CLASS_ARCHIVE_DIR is empty): no archive to write")
+        return 0
+    sets = jar_sets()
+    missing = [name for name, packages in sets.items() if not _in_place(class_archive_path(settings, packages))]
     if not missing:
-        off = all(archive is None for archive in archives.values())
-        log.info("Spark's class-data-sharing archives: %s", "off (LAMBDA_SPARK_CLASS_ARCHIVE_DIR is empty)" if off
-                 else "in place")
+        log.info("Spark's class-data-sharing archives: in place")
         return 0
     log.info("writing Spark's class-data-sharing archives for: %s (once, a minute or two: later Spark JVMs start "
              "faster)", ", ".join(missing))
     spawn = multiprocessing.get_context("spawn")  # side by side: a JVM's start and dump use about one core each
-    training = [spawn.Process(target=class_archive_training._train, args=(name, jar_sets()[name])) for name in missing]
+    training = [spawn.Process(target=class_archive_training._train, args=(name, sets[name])) for name in missing]
     try:
         for process in training:
             process.start()
     finally:
         for process in training:  # on Ctrl-C too: each gives up its claim and stops its JVM
             process.join()
-    failed = [name for name, process in zip(missing, training, strict=True)
-              if process.exitcode != 0 or not _in_place(archives[name])]
+    failed = [name for name, process in zip(missing, training, strict=True) if process.exitcode != 0]
     if failed:
         log.error("no class-data-sharing archive for: %s (see above); their Spark JVMs load classes from the jars, "
                   "and the first to exit normally writes the archive", ", ".join(failed))
@@ -99,8 +99,8 @@ def _quiet_logging() -> None:
 def _train(name: str, packages: tuple[str, ...]) -> None:
     """In a process of its own: start Spark with ``packages``, exercise it, stop it, so its JVM writes the archive
     it claimed at exit and it is moved into place. On any failure (Ctrl-C too) the claim is given up and the JVM
-    killed before it writes anything: no archive of a partial run is ever put in place. Exits 1 unless the
-    archive is in place (or another process is writing it)."""
+    killed before it writes anything: no archive of a partial run is ever put in place. Exits 1 unless this run
+    put the archive in place."""
     from deploy.runtime.resolved_jars import resolution_lock
     from deploy.runtime.spark import build_spark, class_archive_path, stop_spark
 
@@ -112,22 +112,21 @@ def _train(name: str, packages: tuple[str, ...]) -> None:
                 spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log",
                                     echo=False, packages=packages)
             if not class_archive.claimed():  # the folder cannot be written, or another process writes it
-                log.warning("%s: this run cannot write the archive (see above, or another process is writing it)",
-                            name)
+                log.error("%s: this run cannot write the archive (see above, or another process is writing it)", name)
                 stop_spark()
-                return
+                sys.exit(1)
             _exercise(spark, Path(scratch), storage_engine=settings.storage_engine, kafka=bool(packages))
             stop_spark(timeout=600)  # the JVM writes ~200 MB at exit: on two busy cores that can take minutes
-        except BaseException as e:  # Ctrl-C too, while the JVM starts, works or writes
+        except (Exception, KeyboardInterrupt) as e:  # Ctrl-C too, while the JVM starts, works or writes
             class_archive.discard_claim()
             _kill_jvm()
             log.error("%s: the training run failed: %s: %s", name, type(e).__name__, e)
             sys.exit(1)
     archive = class_archive_path(settings, packages)
-    if archive is None or not archive.is_file():
+    if not _in_place(archive):
         log.error("%s: no archive was put in place (%s; see above)", name, archive)
         sys.exit(1)
-    log.info("%s: %s written", name, archive.name)
+    log.info("%s: %s written", name, archive)
 
 
 def _kill_jvm() -> None:
