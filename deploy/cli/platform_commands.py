@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from deploy.cli.exits import EXIT_FAILED, EXIT_OK
 from deploy.cli.layer_commands import stopped, watch_code
 from deploy.data_dir import with_api_keys
-from deploy.runtime.signals import stop_on_signals
+from deploy.runtime.signals import Terminated, stop_on_signals
 from deploy.settings import Settings
 from deploy.terminal import console, out, progress
 
@@ -48,7 +48,7 @@ def _serve(settings: Settings, redis_url: str) -> int:
     threading.Thread(target=_exit_when, args=(changed, server), name="code-change-exit", daemon=True).start()
     try:
         server.run()  # uvicorn's own SIGINT/SIGTERM handling: a graceful shutdown
-    except KeyboardInterrupt:  # uvicorn raises Ctrl-C again once shut down (as uvicorn.run, swallowed: exit 0)
+    except (KeyboardInterrupt, Terminated):  # uvicorn raises the signal again once shut down: a stop asked, exit 0
         pass
     return stopped("API", watch)
 
