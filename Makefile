@@ -68,11 +68,11 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-lo
 # modules it imports again. A module edited later is compiled as usual (its cached bytecode no longer matches).
 BYTECODE := $(BIN)/python -m compileall -q -j 0 shared_logic batch_layer speed_layer serving deploy tests
 
-test: $(STAMP) $(BROWSER)  ## set up and run every test tier (15-20 minutes on 2 cores, as fast as a shared host runs)
+test: $(STAMP) $(BROWSER)  ## set up and run every test tier (9-16 minutes on 2 cores, as fast as a shared host runs)
 	$(BYTECODE)
 	$(PYTEST)
 
-test-fast: $(STAMP)  ## skip the slow end-to-end tier (about 3 minutes)
+test-fast: $(STAMP)  ## skip the slow end-to-end tier (under 3 minutes)
 	$(BYTECODE)
 	$(PYTEST) -m "not slow"
 
