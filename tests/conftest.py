@@ -144,7 +144,6 @@ def storage_engine(request: pytest.FixtureRequest) -> str:
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """The session's one SparkSession, with JVM Delta loaded (jars resolved once into the shared Ivy
     cache, ``Settings.spark_ivy_dir``), so tests of both storage engines run in it."""
-    from deploy.runtime.resolved_jars import resolution_lock
     from deploy.runtime.spark import build_spark
 
     # No class-data-sharing archive: this JVM ends with the test process, so it would dump one (200 MB, a core
@@ -159,8 +158,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
         storage_engine="delta-spark", spark_class_archive_dir="",
         spark_conf={"spark.sql.codegen.wholeStage": False},
     )
-    with resolution_lock(settings.spark_ivy_dir):  # two xdist workers: the first resolves, the second reads its cache
-        session = build_spark(settings, "lambda-tests")
+    session = build_spark(settings, "lambda-tests")  # two xdist workers: the first resolves, the second reads its record
     yield session
     session.stop()
 

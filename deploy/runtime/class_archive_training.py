@@ -101,16 +101,14 @@ def _train(name: str, packages: tuple[str, ...]) -> None:
     it claimed at exit and it is moved into place. On any failure (Ctrl-C too) the claim is given up and the JVM
     killed before it writes anything: no archive of a partial run is ever put in place. Exits 1 unless this run
     put the archive in place."""
-    from deploy.runtime.resolved_jars import resolution_lock
     from deploy.runtime.spark import build_spark, class_archive_path, stop_spark
 
     _quiet_logging()
     with tempfile.TemporaryDirectory(prefix="lambda-class-archive-") as scratch:
         settings = load_settings(data_dir=Path(scratch))
         try:
-            with resolution_lock(settings.spark_ivy_dir):  # the other training may resolve into the same cache
-                spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log",
-                                    echo=False, packages=packages)
+            spark = build_spark(settings, f"class archive: {name}", log_file=Path(scratch) / "spark.log", echo=False,
+                                packages=packages)  # one at a time into the Ivy cache (resolved_jars.resolving)
             if not class_archive.claimed():  # the folder cannot be written, or another process writes it
                 log.error("%s: this run cannot write the archive (see above, or another process is writing it)", name)
                 stop_spark()

@@ -5,7 +5,10 @@ about 15 s for the S3A set of 36 modules, and a look at the network when the cac
 The first driver resolves as before, and the jars it got are recorded beside the Ivy cache; a later
 driver with the same packages, exclusions, repositories and extra jars gets ``spark.jars`` set to
 that list instead, which Spark loads as it loads the jars it resolves itself (the same files, on the
-driver's class path and shipped to the executors alike).
+driver's class path and shipped to the executors alike). Ivy does not lock its own downloads, so a
+driver that resolves holds a lock beside the cache until it has recorded (``resolving``): drivers
+started side by side (`up`'s parts, two test workers, two trainings) resolve one at a time, and the
+ones that waited find the first's record and resolve nothing.
 
 Guarantees: a record is keyed by everything that decides a resolution (and by the Spark version,
 which sets Spark's own exclusions), and written whole (a rename), so drivers starting together read
@@ -37,14 +40,23 @@ _RESOLUTION = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.reposit
 
 
 @contextmanager
-def resolution_lock(ivy_dir: Path) -> Iterator[None]:
-    """An exclusive lock beside the Ivy cache ``ivy_dir`` for the block: Ivy does not lock its own downloads, so
-    drivers started side by side by one caller (two trainings, two test workers) resolve one after the other."""
-    folder = ivy_dir.expanduser()
+def resolving(options: dict[str, str]) -> Iterator[bool]:
+    """Whether the driver about to start with ``options`` resolves its packages with Ivy: False when a complete
+    record replaced them with its jars (in place, ``use_recorded``). While it resolves (the block: its start and
+    ``record``), it holds an exclusive lock beside the Ivy cache; a driver that waited for it looks for a record
+    again first. Options without packages resolve nothing and take no lock (True: nothing to record either)."""
+    if use_recorded(options):
+        yield False
+        return
+    ivy = options.get("spark.jars.ivy")
+    if not options.get("spark.jars.packages") or not ivy:
+        yield True
+        return
+    folder = Path(ivy).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / ".lambda-resolve.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, a killed holder's too
+        yield not use_recorded(options)
 
 
 def use_recorded(options: dict[str, str]) -> bool:

@@ -7,13 +7,14 @@ import os
 import sys
 import threading
 from collections import deque
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from deploy.data_dir import private_dir
 from deploy.runtime.class_archive import adopt_archive, archive_options, archive_path
-from deploy.runtime.resolved_jars import record, use_recorded
+from deploy.runtime.resolved_jars import record, resolving
 from deploy.runtime.shipping import build_bundle, check_executors, check_local_python, pipeline_modules, ship
 from deploy.runtime.signals import signals_held
 from deploy.terminal import console
@@ -124,12 +125,12 @@ def build_spark(settings: Settings, app_name: str = "lambda-platform", *, ui: bo
         options = builder._options.get("spark.driver.extraJavaOptions", "")
         builder = builder.config("spark.driver.extraJavaOptions", f"{options} {sharing}".strip())
     asked = dict(builder._options)
-    resolves = launches and not use_recorded(builder._options)  # packages resolved before: their jars, no Ivy
-    if log_file is not None:
-        _start_jvm(builder, log_file, echo=echo)
-    spark = builder.getOrCreate()
-    if resolves:
-        record(asked, spark)
+    with resolving(builder._options) if launches else nullcontext(False) as resolves:  # recorded: no Ivy
+        if log_file is not None:
+            _start_jvm(builder, log_file, echo=echo)
+        spark = builder.getOrCreate()
+        if resolves:
+            record(asked, spark)
     spark.sparkContext.setLogLevel("WARN")
     _ship_code(spark, settings, python)
     return spark

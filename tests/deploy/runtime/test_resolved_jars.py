@@ -7,13 +7,15 @@ driver started from a record runs Delta is what every delta-spark subprocess tes
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
 from batch_layer.master.delta_spark import delta_spark_conf
-from deploy.runtime.resolved_jars import record, use_recorded
+from deploy.runtime.resolved_jars import record, resolving, use_recorded
 
 
 def _asked(ivy: Path) -> dict[str, str]:
@@ -48,3 +50,27 @@ def test_a_record_whose_jar_is_gone_is_not_used(spark: SparkSession, tmp_path: P
     options = dict(asked)
     assert not use_recorded(options) and options == asked
     assert all(Path(urlparse(j).path).is_file() for j in path.read_text().split()[:-1])
+
+
+def test_drivers_started_side_by_side_resolve_one_at_a_time_and_the_later_one_uses_the_record(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Ivy does not lock its downloads: a driver that resolves holds the cache's lock until it has recorded its
+    jars, and a driver that waited for it starts from that record, without Ivy."""
+    asked = _asked(tmp_path / "ivy")
+    later: dict[str, Any] = {}
+
+    def start_later() -> None:
+        options = dict(asked)
+        with resolving(options) as resolves:
+            later.update(resolves=resolves, options=options)
+
+    with resolving(dict(asked)) as resolves:
+        assert resolves, "nothing recorded yet: the first driver resolves"
+        other = threading.Thread(target=start_later)
+        other.start()
+        other.join(1.0)
+        assert other.is_alive() and not later, "the later driver waits while the first resolves"
+        record(asked, spark)
+    other.join(30)
+    assert later["resolves"] is False, "the later driver found the first one's record"
+    assert "spark.jars.packages" not in later["options"] and later["options"]["spark.jars"]
