@@ -42,9 +42,10 @@ _RESOLUTION = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.reposit
 @contextmanager
 def resolving(options: dict[str, str]) -> Iterator[bool]:
     """Whether the driver about to start with ``options`` resolves its packages with Ivy: False when a complete
-    record replaced them with its jars (in place, ``use_recorded``). While it resolves (the block: its start and
-    ``record``), it holds an exclusive lock beside the Ivy cache; a driver that waited for it looks for a record
-    again first. Options without packages resolve nothing and take no lock (True: nothing to record either)."""
+    record replaced them with its jars (in place, ``use_recorded``). A driver that resolves holds an exclusive
+    lock beside the Ivy cache for the block (its start and ``record``); one that waited for it looks for a record
+    again, and starts from it without the lock. Options without packages resolve nothing and take no lock (True:
+    nothing to record either); a lock that cannot be made (a read-only cache) is skipped, with a warning."""
     if use_recorded(options):
         yield False
         return
@@ -52,11 +53,37 @@ def resolving(options: dict[str, str]) -> Iterator[bool]:
     if not options.get("spark.jars.packages") or not ivy:
         yield True
         return
-    folder = Path(ivy).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / ".lambda-resolve.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, a killed holder's too
-        yield not use_recorded(options)
+    lock = _lock(Path(ivy).expanduser() / ".lambda-resolve.lock")
+    try:
+        resolves = not use_recorded(options)  # a driver that waited finds the first one's record
+        if not resolves and lock is not None:
+            os.close(lock)  # nothing to resolve, nothing to hold through this driver's start
+            lock = None
+        yield resolves
+    finally:
+        if lock is not None:
+            os.close(lock)  # the lock goes with it (a killed holder's too)
+
+
+def _lock(path: Path) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive lock, once other holders let go (a wait is logged);
+    None, with a warning, when the lock cannot be made (a read-only cache): the driver resolves without it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        log.warning("resolving without the Ivy cache's lock: %s", e)
+        return None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another Spark driver resolving its packages (lock %s)", path)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+    except BaseException:  # Ctrl-C while waiting, say
+        os.close(lock)
+        raise
+    return lock
 
 
 def use_recorded(options: dict[str, str]) -> bool:

@@ -53,7 +53,7 @@ _NAMES_ERROR = re.compile(r"(?:Error|Exception)\b|\b(?:ERROR|FATAL|Traceback)\b"
 
 
 def _exit(code: int | None) -> str:
-    """A child's exit as people read it: uvicorn, for one, re-raises SIGTERM after its graceful shutdown."""
+    """A child's exit as people read it: a negative status (the child died of a signal) by the signal's name."""
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):
             return f"ended by {signal.Signals(-code).name}"

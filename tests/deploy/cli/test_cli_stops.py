@@ -7,7 +7,7 @@
   group, as a terminal sends it), SIGTERM, or done (tests/deploy/cli/test_cli.py). While another
   command uses it, it stays up.
 * `up --no-generate` names only the parts it runs when it stops.
-* `serve` ends with 0 on Ctrl-C, and with EXIT_CODE_CHANGED (a planned restart, not a failure) when its
+* `serve` ends with 0 on Ctrl-C or SIGTERM, and with EXIT_CODE_CHANGED (a planned restart, not a failure) when its
   pipeline's module changes on disk: it answers with the views and logic it imported, so a supervisor starts it
   on the new code (under `up`: tests/deploy/supervision/test_up_logic_change.py).
 * Ctrl-C or SIGTERM raised inside a `__del__` (Python prints such an exception and drops it) comes again.
@@ -141,7 +141,7 @@ def test_sigterm_as_soon_as_its_redis_answers_stops_it(tmp_path: Path) -> None:
         wait_for(lambda: _gone(pid), "the embedded Redis to stop after SIGTERM", 60)
 
 
-@pytest.mark.slow  # two API starts, over 2.5 s: the full tier (the quick tier has a 3-minute budget)
+@pytest.mark.slow  # three API starts, over 2.5 s: the full tier (the quick tier has a 3-minute budget)
 def test_serve_ends_0_on_ctrl_c_or_sigterm_and_asks_for_a_restart_when_its_pipeline_module_changes(
         tmp_path: Path) -> None:
     """uvicorn raises a stop's signal again once it has shut down; `serve` ends 0 all the same (`up` stops its

@@ -3,15 +3,21 @@
 The suite's session loaded JVM Delta (resolved by Ivy, or from a record an earlier driver on this machine
 wrote); a record names exactly the jars Spark put on that driver (read back from the running JVM), and a record with a jar gone from disk is not used. That a
 driver started from a record runs Delta is what every delta-spark subprocess test after the first does.
+Drivers started side by side resolve one at a time, under a lock beside the Ivy cache, and the later one starts
+from the first one's record.
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import pytest
 from pyspark.sql import SparkSession
 
 from batch_layer.master.delta_spark import delta_spark_conf
@@ -62,7 +68,7 @@ def test_drivers_started_side_by_side_resolve_one_at_a_time_and_the_later_one_us
     def start_later() -> None:
         options = dict(asked)
         with resolving(options) as resolves:
-            later.update(resolves=resolves, options=options)
+            later.update(resolves=resolves, options=options, lock_free=_lock_free(tmp_path / "ivy"))
 
     with resolving(dict(asked)) as resolves:
         assert resolves, "nothing recorded yet: the first driver resolves"
@@ -73,4 +79,25 @@ def test_drivers_started_side_by_side_resolve_one_at_a_time_and_the_later_one_us
         record(asked, spark)
     other.join(30)
     assert later["resolves"] is False, "the later driver found the first one's record"
+    assert later["lock_free"], "a driver starting from a record holds no lock through its start"
     assert "spark.jars.packages" not in later["options"] and later["options"]["spark.jars"]
+
+
+def test_an_ivy_cache_that_cannot_hold_the_lock_resolves_without_it(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "a-file").write_text("")
+    options = _asked(tmp_path / "a-file" / "ivy")  # no folder can be made under a file (root too)
+    with caplog.at_level(logging.WARNING), resolving(options) as resolves:
+        assert resolves
+    assert "without the Ivy cache's lock" in caplog.text and "a-file" in caplog.text
+
+
+def _lock_free(ivy: Path) -> bool:
+    fd = os.open(ivy / ".lambda-resolve.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
