@@ -63,16 +63,22 @@ TEST_WORKERS ?= 2
 # --durations (on two busy cores a test's wall time is mostly the other worker's work).
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --cpu-durations=25
 
+# The class archives again before a run (under a second when they are in place): the cache keeps four, so
+# installs in other checkouts may have evicted this one's, and the suite checks that they are there.
+ARCHIVES := -$(BIN)/python -m deploy.runtime.class_archive_training
+
 # The project's bytecode, written once before a run: where PYTHONDONTWRITEBYTECODE is set (as on this project's
 # CI host) Python caches none, and each of the few hundred Python processes a run starts would compile the
 # modules it imports again. A module edited later is compiled as usual (its cached bytecode no longer matches).
 BYTECODE := $(BIN)/python -m compileall -q -j 0 shared_logic batch_layer speed_layer serving deploy tests
 
 test: $(STAMP) $(BROWSER)  ## set up and run every test tier (9-16 minutes on 2 cores, as fast as a shared host runs)
+	$(ARCHIVES)
 	$(BYTECODE)
 	$(PYTEST)
 
 test-fast: $(STAMP)  ## skip the slow end-to-end tier (under 3 minutes)
+	$(ARCHIVES)
 	$(BYTECODE)
 	$(PYTEST) -m "not slow"
 

@@ -23,5 +23,5 @@ def test_the_install_left_the_archive_of_each_jar_set_its_commands_start_spark_w
         archive = class_archive_path(settings, packages)
         assert archive is not None and archive.is_file(), (
             f"no class-data-sharing archive for {name} ({archive}): `python -m deploy.runtime.class_archive_training` "
-            "writes it (make install does; another checkout's install may have evicted it)")
+            "writes it (make install and make test do; another checkout's install may have evicted it)")
         assert archive.stat().st_size > 10_000_000, f"{archive} holds the driver's classes"
