@@ -21,6 +21,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -106,11 +107,16 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
         if not settings.redis_url:  # one of the embedded Redis's users: no other command stops it under us
             held.enter_context(redis_user(settings.redis_dir))
         try:
-            _start(supervisor, settings, masters, redis_url, env, logs, console, generate_traffic=generate_traffic)
-            stop = stop_on_signals()  # before the banner: a stop asked the moment it says "Ctrl-C" is a clean one
+            broker = _start(supervisor, settings, masters, redis_url, env, logs, console,
+                            generate_traffic=generate_traffic)
+            # From here a stop is a clean one: the API may answer already, and the banner soon says "Ctrl-C".
+            stop = stop_on_signals()
+            if settings.kafka_bootstrap is not None and _await_broker(settings, broker, logs, console, stop):
+                _start_part(supervisor, "kafka-ingest", ["kafka", "ingest"], env, logs)
             default = masters[settings.pipeline_names[0]]
-            _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url,
-                    empty=not default.holds_data(), unserved=_unserved(masters, redis_url))
+            if not stop.is_set():
+                _banner(console, settings, default.pipeline.views[0].name, key, logs, redis_url,
+                        empty=not default.holds_data(), unserved=_unserved(masters, redis_url))
             while not stop.is_set():
                 supervisor.watch_once()
                 stop.wait(0.5)
@@ -123,8 +129,9 @@ def run_platform(settings: Settings, *, generate_traffic: bool, console: Console
 
 
 def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, MasterDataset], redis_url: str,
-           env: dict[str, str], logs: Path, console: Console, *, generate_traffic: bool) -> None:
-    """Start Redis (embedded, unless running or configured), fill fresh master datasets, then the other parts."""
+           env: dict[str, str], logs: Path, console: Console, *, generate_traffic: bool) -> Child | None:
+    """Start Redis (embedded, unless running or configured), fill fresh master datasets, then the other parts but
+    the Kafka ingest, which waits for the broker (``_await_broker``); returns the embedded broker it started."""
     if not settings.redis_url and not ping(redis_url):
         private_dir(settings.redis_dir)
         redis = Child("redis", embedded_redis_argv(settings.redis_dir, daemonize=False), env, logs / "redis.log",
@@ -146,9 +153,7 @@ def _start(supervisor: Supervisor, settings: Settings, masters: dict[str, Master
                   for name, master in masters.items() if master.pipeline.name in SAMPLES]
     for name, args in parts:
         _start_part(supervisor, name, args, env, logs)
-    if settings.kafka_bootstrap is not None:
-        _await_broker(settings, broker, logs, console)
-        _start_part(supervisor, "kafka-ingest", ["kafka", "ingest"], env, logs)
+    return broker
 
 
 def _start_part(supervisor: Supervisor, name: str, args: list[str], env: dict[str, str], logs: Path) -> None:
@@ -171,13 +176,15 @@ def _launch_broker(supervisor: Supervisor, settings: Settings, env: dict[str, st
     return broker
 
 
-def _await_broker(settings: Settings, broker: Child | None, logs: Path, console: Console) -> None:
-    """The embedded broker answers (``broker``: the one `up` started, or None) and has the configured topics."""
+def _await_broker(settings: Settings, broker: Child | None, logs: Path, console: Console,
+                  stop: threading.Event) -> bool:
+    """The embedded broker answers (``broker``: the one `up` started, or None) and has the configured topics; False
+    when a stop was asked meanwhile (nothing more to start). A broker configured elsewhere is not waited for."""
     from deploy.runtime.kafka_broker import answers
 
     bootstrap = settings.kafka_bootstrap
     if not settings.kafka_embedded or bootstrap is None:
-        return
+        return True
     with console.status(f"starting the embedded Kafka broker on {bootstrap} (the first time resolves its jars)"):
         deadline = time.monotonic() + 300
         while not answers(bootstrap):
@@ -185,8 +192,10 @@ def _await_broker(settings: Settings, broker: Child | None, logs: Path, console:
                 raise KafkaBrokerError(f"the Kafka broker at {bootstrap} stopped answering while `up` started")
             if broker.process is None or broker.process.poll() is not None or time.monotonic() > deadline:
                 raise KafkaBrokerError(f"the embedded Kafka broker did not start: see {logs / 'kafka.log'}")
-            time.sleep(0.5)
+            if stop.wait(0.5):
+                return False
     _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
+    return True
 
 
 def _create_topics(bootstrap: str, topics: list[str], partitions: int = 2) -> None:
