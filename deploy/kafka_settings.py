@@ -33,7 +33,10 @@ class KafkaSettings(BaseSettings):
         "earliest", description="Where a new ingest query starts in each partition (later: from its checkpoint).")
     kafka_max_offsets_per_trigger: int = Field(
         20_000, ge=1, description="Most records one micro-batch of the ingest reads: with the 64 KiB cap of one "
-                                  "record (larger ones are dead letters), it bounds the driver's memory.")
+                                  "record (larger ones are dead letters, cut to 64 KiB) it bounds the batch the "
+                                  "driver collects, at worst records x 64 KiB (20,000: 1.25 GiB, over Spark's "
+                                  "default spark.driver.maxResultSize of 1 GiB): lower it before records near "
+                                  "the cap come in bulk (a logged batch is replayed as it was read).")
     kafka_trigger_seconds: float = Field(
         0.5, ge=0.05, le=3600, description="How often the ingest looks for new records (seconds).")
     kafka_options: Annotated[dict[str, SecretStr], NoDecode] = Field(

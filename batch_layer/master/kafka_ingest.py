@@ -26,11 +26,12 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batch_layer.errors import IngestError
 from batch_layer.faults import fault_point
@@ -50,13 +51,20 @@ KAFKA_SOURCE_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
 #: The columns of a Kafka record the ingest reads.
 _RECORD_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")
 #: Largest record taken as an event (one flat JSON object); a larger one is a dead letter, and only its first
-#: ``RAW_LIMIT`` bytes reach the driver. With ``max_offsets_per_trigger`` it bounds a micro-batch's memory.
+#: ``RAW_LIMIT`` bytes reach the driver. With ``max_offsets_per_trigger`` it bounds a micro-batch's memory
+#: (at worst their product: see ``LAMBDA_KAFKA_MAX_OFFSETS_PER_TRIGGER``).
 MAX_RECORD_BYTES = 64 * 1024
 
 
-def _record_time(stamp: datetime | None) -> datetime | None:
-    """A Kafka record's timestamp, or None when it has none (Kafka's -1 reaches Spark as 1969-12-31T23:59:59.999)."""
-    return stamp if stamp is not None and stamp.timestamp() > 0 else None
+def _record_times(stamps: pa.ChunkedArray) -> list[datetime | None]:
+    """Each Kafka record's timestamp, or None: when it has none (Kafka's -1 reaches Spark as
+    1969-12-31T23:59:59.999), and when it is past year 9999 (a producer's microseconds sent as milliseconds),
+    which Python cannot hold: converted, one such record would fail its micro-batch at every replay."""
+    low = pa.scalar(datetime(1970, 1, 1, tzinfo=timezone.utc), stamps.type)
+    high = pa.scalar(datetime.max.replace(tzinfo=timezone.utc), stamps.type)
+    kept = pc.and_(pc.greater(stamps, low), pc.less_equal(stamps, high))
+    times: list[datetime | None] = pc.if_else(kept, stamps, pa.scalar(None, stamps.type)).to_pylist()
+    return times
 
 
 def _too_big(size: int) -> str:
@@ -117,7 +125,8 @@ class KafkaSource:
 @dataclass(frozen=True)
 class BatchOutcome:
     """What one micro-batch did: records read, events appended (at ``version``), records dead-lettered;
-    ``replayed`` when the master already held it (a replay after a crash: nothing appended again)."""
+    ``replayed`` when the master already held it (a replay after a crash: nothing appended again). A replay's
+    letters, kept by the run that crashed, count 0 here as its events do."""
 
     batch_id: int
     read: int
@@ -181,8 +190,9 @@ class MasterWriter:
         """Validate ``records`` (Kafka's columns) and commit them as batch ``batch_id`` (idempotent: a table
         that records this batch's transaction already refuses it, ``CommitConflictError``)."""
         replayed = False
-        rows = records.to_pydict()
-        values, stamps = rows["value"], [_record_time(t) for t in rows["timestamp"]]
+        stamps = _record_times(records["timestamp"])
+        rows = records.drop_columns(["timestamp"]).to_pydict()
+        values = rows["value"]
         sizes = rows.get("size") or [0] * len(values)
         big = {i: size for i, size in enumerate(sizes) if size and size > MAX_RECORD_BYTES}
         sorted_ = self.master.pipeline.schema.sort_json_records(
@@ -203,10 +213,10 @@ class MasterWriter:
                                           partition=rows["partition"][i], offset=rows["offset"][i],
                                           record_time=stamps[i])
                    for i, problems in refused]
-        self.dead_letters.append(letters, app_id=self.app_id, app_version=batch_id)
+        kept = self.dead_letters.append(letters, app_id=self.app_id, app_version=batch_id)  # None: a replay's
         fault_point("kafka-after-letters")
         outcome = BatchOutcome(batch_id, records.num_rows, 0 if replayed else sorted_.events.num_rows,
-                               len(letters), version, replayed)
+                               0 if kept is None else len(letters), version, replayed)
         log.info("kafka ingest of %s: micro-batch %d: %d records, %d events appended%s, %d dead letters%s",
                  self.master.pipeline.name, batch_id, outcome.read, outcome.appended,
                  f" at master version {version}" if version is not None else "", outcome.dead,

@@ -81,11 +81,12 @@ def test_valid_records_go_to_the_master_and_bad_ones_to_dead_letters_with_their_
 
 def test_a_replayed_batch_is_kept_once_in_the_master_and_in_the_dead_letters(writer: MasterWriter) -> None:
     batch = _records([b'{"text": "a"}', b"bad", b'{"text": "b"}'])
-    writer.write(batch, batch_id=0)
+    first = writer.write(batch, batch_id=0)
     replay = writer.write(batch, batch_id=0)
     writer.write(_records([b'{"text": "c"}'], first_offset=3), batch_id=1)
 
-    assert replay.replayed and replay.appended == 0
+    assert (first.appended, first.dead) == (2, 1)
+    assert replay.replayed and (replay.appended, replay.dead) == (0, 0), "a replay counts nothing kept before"
     assert [r["text"] for r in _master_rows(writer)] == ["a", "b", "c"]
     assert writer.dead_letters.count() == 1
 
@@ -134,6 +135,22 @@ def test_an_oversized_record_is_a_dead_letter_and_a_missing_kafka_timestamp_is_n
     big, untimed = sorted(writer.dead_letters.page().letters, key=lambda letter: letter["offset"])
     assert big["offset"] == 0 and "over the 65,536-byte limit" in big["reason"] and outcome.dead == 2
     assert (big["record_time"], untimed["offset"], untimed["record_time"]) == (_T0, 2, None), "Kafka's -1: no time"
+
+
+def test_a_kafka_timestamp_past_year_9999_is_no_time_and_its_batch_lands(writer: MasterWriter) -> None:
+    """A producer's microseconds sent as milliseconds (year ~55,000, which Python's datetime cannot hold): the
+    records count as untimed, so one such record cannot fail its micro-batch at every replay."""
+    records = _records([b'{"text": "from the future"}', b'{"text": 1}', b'{"text": "on time"}'])
+    future = 1_700_000_000_000_000 * 1000  # 1.7e15 "ms" as Spark's microseconds
+    stamps = pa.array([future, future, int(_T0.timestamp() * 1e6)], pa.int64()).cast(_KAFKA.field(4).type)
+    before = datetime.now(timezone.utc)
+
+    outcome = writer.write(records.set_column(4, "timestamp", stamps), batch_id=0)
+
+    rows = {r["text"]: r["event_time"] for r in _master_rows(writer)}
+    assert rows["on time"] == _T0 and rows["from the future"] >= before, "no record time: the time of ingest"
+    [letter] = writer.dead_letters.page().letters
+    assert (letter["offset"], letter["record_time"], outcome.appended, outcome.dead) == (1, None, 2, 1)
 
 
 def test_a_source_reads_topics_or_a_pattern_and_passes_client_options_through() -> None:
