@@ -10,6 +10,13 @@ class StoreError(Exception):
 class LayoutError(StoreError):
     """The store holds data laid out another way (another bucket count) than the caller's settings."""
 
+    @classmethod
+    def check(cls, pipeline: str, laid_out: bytes | str | None, buckets: int) -> None:
+        """Raised unless the layout the store recorded (None: none yet) is ``buckets`` buckets."""
+        if laid_out is not None and int(laid_out) != buckets:
+            raise cls(f"the serving store of {pipeline!r} is laid out in {int(laid_out)} buckets, not {buckets}: "
+                      f"use buckets={int(laid_out)} in the Redis URL, or start on an empty Redis")
+
 
 class ReplicationError(StoreError):
     """A write was not acknowledged by the replicas it must reach before it counts as done."""

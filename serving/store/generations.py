@@ -47,12 +47,7 @@ def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     """``PipelineStore.ensure_epoch``: the layout checked, each missing marker set (SET NX), all read back."""
     glob = keys.global_keys
     client.set(glob.layout, keys.buckets, nx=True)
-    laid_out = client.get(glob.layout)
-    if laid_out is not None and int(laid_out) != keys.buckets:
-        raise LayoutError(
-            f"the serving store of {keys.pipeline!r} is laid out in {int(laid_out)} buckets, not {keys.buckets}: "
-            f"use buckets={int(laid_out)} in the Redis URL, or start on an empty Redis"
-        )
+    LayoutError.check(keys.pipeline, client.get(glob.layout), keys.buckets)
     markers = []
     for k in keys.every_prefix():
         client.set(k.epoch, uuid.uuid4().hex, nx=True)

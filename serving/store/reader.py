@@ -32,7 +32,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from serving.store.connection import async_redis_client, is_cluster, store_keys
-from serving.store.errors import StoreUnavailableError
+from serving.store.errors import LayoutError, StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta, MetaHeader, integral_field
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import WINDOW_SEPARATOR, Keys, suffix
@@ -100,6 +100,8 @@ class ServingStore:
         #: Reply parts a read met, and the generation they name, once they passed the view check (``served``).
         self._checked: dict[tuple, Generation] = {}
         self._rankings = Rankings(self._client, self._client.register_script(INSTALL_RANKING), self._unavailable)
+        #: Whether the store's recorded bucket count was seen to be this API's (``_check_layout``).
+        self._layout_seen = False
 
     @property
     def client(self) -> aioredis.Redis:
@@ -157,6 +159,21 @@ class ServingStore:
             self._checked[seen] = served
         return self._not_older(served)
 
+    async def _check_layout(self) -> None:
+        """Refused when the store is laid out in another bucket count than this API's URL gives: its rows would be
+        looked for in other buckets (keys not found, short top-Ns). Asked before every read until seen right."""
+        if self._layout_seen:
+            return
+        try:
+            async with self._in_flight:
+                laid_out = await self._client.get(self.keys.global_keys.layout)
+            LayoutError.check(self.keys.pipeline, laid_out, self.keys.buckets)
+        except (RedisError, OSError) as e:
+            raise self._unavailable(e) from e
+        except LayoutError as e:
+            raise StoreUnavailableError(f"{e} (LAMBDA_REDIS_URL of the API)") from e
+        self._layout_seen = laid_out is not None
+
     async def ping(self) -> None:
         try:
             await self._client.ping()
@@ -165,6 +182,7 @@ class ServingStore:
 
     async def generation(self) -> Generation | None:
         """The served generation with its metadata, or None when nothing is published."""
+        await self._check_layout()
         try:
             generation = await self._client.get(self.keys.current)
             if generation is None:
@@ -198,6 +216,7 @@ class ServingStore:
 
     async def call(self, script: AsyncScript, bucket: Keys, args: list) -> list:
         """``script``'s reply in ``bucket`` (StoreUnavailableError: Redis unreachable or nothing published)."""
+        await self._check_layout()
         try:
             async with self._in_flight:
                 reply = await script(keys=[bucket.current], args=args)
@@ -288,6 +307,7 @@ class ServingStore:
         """``script`` on every bucket, each with its ``args``, in one pipeline: one round trip per master on
         a cluster (redis-py groups the calls by node and sends the nodes' batches concurrently). Each call
         is still atomic in its bucket; the caller checks that the replies agree on the version."""
+        await self._check_layout()
         for attempt in range(2):
             try:
                 async with self._in_flight:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
 
 from serving.store.connection import bucket_count, redis_client, store_keys
-from serving.store.errors import LayoutError, StoreError
+from serving.store.errors import LayoutError, StoreError, StoreUnavailableError
 from serving.store.generations import epoch_marker
 from serving.store.keys import Keys
+from serving.store.reader import ServingStore
 from serving.store.session import PipelineStore
 
 
@@ -77,6 +80,35 @@ def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> 
         PipelineStore(client, Keys("orders", buckets=4)).ensure_epoch()
 
 
+def test_an_api_on_another_bucket_count_than_the_store_is_refused_naming_the_right_one(cluster_url: str) -> None:
+    """Its keys would be looked for in other buckets (found nowhere, left out of top-Ns): every read is refused,
+    with the bucket count to use, until the API's URL gives the store's own."""
+    PipelineStore(redis_client(cluster_url), Keys("orders", buckets=16)).ensure_epoch()
+
+    async def ask(url: str) -> None:
+        store = ServingStore(url, "orders")
+        try:
+            with pytest.raises(StoreUnavailableError, match="laid out in 16 buckets, not 4: use buckets=16"):
+                await store.generation()
+            with pytest.raises(StoreUnavailableError, match="laid out in 16 buckets, not 4"):
+                await store.read("totals", [("alice", None)], ["count"], [])
+            with pytest.raises(StoreUnavailableError, match="laid out in 16 buckets, not 4"):
+                await store.top("totals", "count", None, 3)
+        finally:
+            await store.close()
+
+    asyncio.run(ask(f"{cluster_url}{'&' if '?' in cluster_url else '?'}buckets=4"))
+
+    async def right() -> None:
+        store = ServingStore(cluster_url, "orders")
+        try:
+            assert await store.generation() is None  # laid out as this API reads it: nothing published yet
+        finally:
+            await store.close()
+
+    asyncio.run(right())
+
+
 @pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
 def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
     """The speed layer may commit its offsets only once a replica holds the micro-batch: with the
@@ -108,7 +140,6 @@ def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monke
 @pytest.mark.parametrize("store", ["one Redis", "cluster"])
 def test_concurrent_first_top_n_requests_build_each_ranking_once_and_answer_exactly(
         store: str, request: pytest.FixtureRequest, monkeypatch) -> None:
-    import asyncio
     import json
 
     from serving.store.generation_meta import GenerationMeta
