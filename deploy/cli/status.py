@@ -145,9 +145,14 @@ def _kafka_ingest(client: redis.Redis, keys: Keys) -> Part:
     if status is None:
         return Part(_KAFKA, False, "not started yet: `up` runs it, or `lambda-platform kafka ingest`")
     lags = {f"{p.topic}/{p.partition}": p.lag for p in status.lags}
-    part = Part(_KAFKA, status.alive() and status.state == "running",
+    alive, said = status.alive(), ""
+    if not alive:
+        said = " (no heartbeat: stopped)"
+    elif status.state not in ("running", "failed"):  # alive, not running: it says why (waiting for a topic)
+        said = f" ({status.state})"
+    part = Part(_KAFKA, alive and status.state == "running",
                 f"{status.source}: read {status.read:,}, appended {status.appended:,}, dead letters {status.dead:,}, "
-                f"lag {status.lag:,} records" + ("" if status.alive() else " (no heartbeat: stopped)"),
+                f"lag {status.lag:,} records{said}",
                 {"read": status.read, "appended": status.appended, "dead_letters": status.dead, "lag": status.lag,
                  "partition_lag": lags})
     if status.state == "failed":

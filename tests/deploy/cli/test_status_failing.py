@@ -24,6 +24,7 @@ from deploy.settings import Settings
 from deploy.supervision.supervisor import Child, Supervisor, read_children
 from serving.store.generation_meta import GenerationMeta
 from serving.store.heartbeat import SpeedHealth
+from serving.store.ingest_status import IngestStatusRecord
 from serving.store.keys import Keys
 from tests.support import cli, wait_for
 from tests.support.master import master_with_versions
@@ -104,3 +105,15 @@ def test_a_restarting_child_is_failing_and_status_exits_1(
         assert read_children(logs) is None
         assert platform_status(settings).serving
     client.close()
+
+
+def test_a_kafka_ingest_waiting_for_its_topic_is_shown_down_saying_why(
+    make_settings: Callable[..., Settings], redis_url: str,
+) -> None:
+    settings = make_settings(kafka_bootstrap_servers="127.0.0.1:9", kafka_topics="orders")
+    client = _published(settings, redis_url)
+    waiting = "waiting: a topic of orders at 127.0.0.1:9 does not exist yet"
+    IngestStatusRecord(client, Keys("wordcount").kafka).write(source="orders at 127.0.0.1:9", state=waiting, read=0,
+                                                              appended=0, dead=0, batches=0, lags=[])
+    [kafka] = [part for part in platform_status(settings).parts if part.name == "kafka ingest"]
+    assert not kafka.up and kafka.detail.endswith(f"lag 0 records ({waiting})"), kafka.detail
