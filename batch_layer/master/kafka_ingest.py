@@ -112,7 +112,8 @@ class KafkaSource:
             "kafka.isolation.level": "read_committed",
             "startingOffsets": self.starting_offsets,
             # Offsets that vanished (retention, a recreated topic) are skipped with Spark's warning: an input
-            # that lost data must not stop the platform; nothing of what is still there is lost.
+            # that lost data must not stop the platform. A topic recreated below the offsets read may lose
+            # more: Spark goes on from its new position (README, "Offsets that vanished").
             "failOnDataLoss": "false",
             "includeHeaders": "false",
             **chosen,
@@ -206,7 +207,11 @@ class MasterWriter:
                 # a concurrent delta-rs commit (``delta_spark``), and HTTP ingest commits through delta-rs
                 version = self.master.append(sorted_.events, app_transactions=[(self.app_id, batch_id)],
                                              metadata={"lambda.source": "kafka"})
-            except CommitConflictError:  # a replay after a crash, or a retry whose first attempt landed: it is there
+            except CommitConflictError as e:  # a replay after a crash, or a retry whose first attempt landed
+                recorded = self.master.engine.transaction_version(self.master.path, self.app_id)
+                if recorded is None or recorded < batch_id:  # not there after all: fail the batch, it is read again
+                    raise IngestError(f"micro-batch {batch_id} of {self.app_id} lost a commit race and is not in the "
+                                      f"master (its last batch there: {recorded}): {e}") from e
                 replayed = True
         fault_point("kafka-after-master")
         letters = [DeadLetter.of_problems(values[i], "kafka", problems, topic=rows["topic"][i],

@@ -21,6 +21,7 @@ from batch_layer.faults import injected
 from batch_layer.master.dataset import MasterDataset
 from batch_layer.master.dead_letters import DeadLetters
 from batch_layer.master.kafka_ingest import MAX_RECORD_BYTES, KafkaSource, MasterWriter, partition_lags
+from batch_layer.master.storage import CommitConflictError
 from deploy.settings import Settings
 from shared_logic.registry import load_pipeline
 
@@ -110,6 +111,25 @@ def test_a_batch_cut_short_at_any_point_and_replayed_is_kept_once(writer: Master
 
     assert [r["text"] for r in _master_rows(writer)] == ["a", "b", "c"]
     assert sorted(letter["offset"] for letter in writer.dead_letters.page().letters) == [1, 3]
+
+
+def test_a_commit_conflict_that_left_the_batch_out_fails_it_rather_than_dropping_it(
+        writer: MasterWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conflict is taken for a replay only when the master records the batch's transaction: otherwise the batch
+    fails, and Spark reads it again."""
+    batch = _records([b'{"text": "a"}'])
+    writer.master.ensure()  # a commit can only conflict on a table that exists
+
+    def conflict(*args: Any, **kwargs: Any) -> int:
+        raise CommitConflictError("lost to a concurrent transaction")  # an injected fault: nothing committed
+
+    with monkeypatch.context() as patched:
+        patched.setattr(MasterDataset, "append", conflict)
+        with pytest.raises(IngestError, match="micro-batch 0 of kafka-ingest:query-1 lost a commit race"):
+            writer.write(batch, batch_id=0)
+    again = writer.write(batch, batch_id=0)
+    assert (again.appended, again.replayed) == (1, False)
+    assert [r["text"] for r in _master_rows(writer)] == ["a"]
 
 
 def test_a_batch_of_dead_letters_only_is_kept_once_and_the_next_batch_still_lands(writer: MasterWriter) -> None:
