@@ -19,12 +19,14 @@ import uuid
 from dataclasses import replace
 
 import redis
+from redis.cluster import RedisCluster
 from redis.typing import EncodableT
 
 from serving.store.errors import GenerationLostError, LayoutError, LogicConflictError, StoreUnavailableError
 from serving.store.generation_meta import GenerationMeta
 from serving.store.keys import Keys
 from serving.store.logic import claim_segment, satisfy_waiting
+from serving.store.replication import master_of, replicated
 from serving.store.replies import text
 
 log = logging.getLogger(__name__)
@@ -141,9 +143,10 @@ class Generations:
             args += [name, value]
         served = generation
         for where in reversed(self.keys.every_prefix()):  # the global pointer last
+            call = ("EVAL", _FLIP, 3, where.current, where.meta(generation), where.epoch, epoch_marker(where, epoch),
+                    *args)
             try:
-                served = int(self.client.eval(_FLIP, 3, where.current, where.meta(generation), where.epoch,
-                                              epoch_marker(where, epoch), *args))
+                served = self._flip_in(where, call, generation)
             except redis.RedisError as e:
                 raise StoreUnavailableError(f"cannot flip the served generation of {self.keys.pipeline!r} to "
                                             f"{generation}: {e}") from e
@@ -154,6 +157,18 @@ class Generations:
         if served == generation:
             satisfy_waiting(self.client, self.keys, meta.logic)
         return served == generation
+
+    def _flip_in(self, where: Keys, call: tuple, generation: int) -> int:
+        """``call`` (``_FLIP`` in one bucket); on a cluster, done once a replica holds it: a master that died
+        before replicating a bucket's flip would leave that bucket on the old generation, which ``drop_stale``
+        then deletes below the global pointer (``serving.store.replication``)."""
+        if not isinstance(self.client, RedisCluster):
+            return int(self.client.execute_command(*call))
+        node, known_replicas, name = master_of(self.client, where.current)
+        what = f"the flip of {where.current} to generation {generation}"
+        [reply] = replicated(self.client, node, [call], known_replicas, name, doing=what, what=what,
+                             otherwise="nothing more was flipped: run the batch again")
+        return int(reply)
 
     def drop_stale(self) -> dict[str, list[int]]:
         """Delete every generation and realtime segment older than the served generation; returns what was

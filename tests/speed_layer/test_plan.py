@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from deploy.runtime.redis_cluster import LocalRedisCluster
-from serving.store import segment_commits
+from serving.store import replication
 from serving.store.connection import redis_client, store_keys
 from serving.store.errors import ReplicationError
 from serving.store.session import PipelineStore
@@ -30,7 +30,7 @@ def test_a_plan_opening_a_group_waits_for_a_replica(tmp_path: Path, monkeypatch:
         planner = Planner(PipelineStore(client, keys), "q1", "logic1", tmp_path / "checkpoint", driver_rows=0)
         master = client.get_node_from_key(keys.plan("q1")).port
         frozen = cluster.replicas_of(master)[0]
-        monkeypatch.setattr(segment_commits, "WAIT_MILLISECONDS", 300)
+        monkeypatch.setattr(replication, "WAIT_MILLISECONDS", 300)
         cluster.pause(frozen)
         try:
             # A micro-batch ending where a version does is committed (the commit waits): its plan does not wait.

@@ -110,12 +110,16 @@ def test_an_api_on_another_bucket_count_than_the_store_is_refused_naming_the_rig
 
 
 @pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
-def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
+def test_a_commit_or_a_flip_no_replica_acknowledged_is_refused_not_counted(tmp_path, monkeypatch) -> None:
     """The speed layer may commit its offsets only once a replica holds the micro-batch: with the
-    replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning."""
+    replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning. A batch
+    run's flip waits the same way, bucket by bucket, and the global pointer moves only after them all (a
+    bucket left on the old generation by a failover would lose it to ``drop_stale``)."""
     from deploy.runtime.redis_cluster import LocalRedisCluster
-    from serving.store import segment_commits
+    from serving.store import replication
     from serving.store.errors import ReplicationError
+    from serving.store.generation_meta import GenerationMeta
+    from serving.store.generations import served_generation
 
     cluster = LocalRedisCluster(tmp_path / "cluster", replicas=1).start()
     try:
@@ -126,13 +130,19 @@ def test_a_commit_no_replica_acknowledged_is_refused_not_counted(tmp_path, monke
         assert {int(client.hget(b.segment_meta(3), "processed")) for b in keys.all_buckets()} == {7}
         master = client.get_node_from_key(keys.bucket(0).current).port
         frozen = cluster.replicas_of(master)[0]
-        monkeypatch.setattr(segment_commits, "WAIT_MILLISECONDS", 300)
+        monkeypatch.setattr(replication, "WAIT_MILLISECONDS", 300)
+        generations, epoch = store.generations, store.ensure_epoch()
+        generations.begin(5, epoch)
         cluster.pause(frozen)
         try:
             with pytest.raises(ReplicationError, match=f"no replica of 127.0.0.1:{master} acknowledged version 8"):
                 store.commit_processed([3], 8)
+            with pytest.raises(ReplicationError, match=f"no replica of 127.0.0.1:{master} acknowledged the flip"):
+                generations.flip(5, epoch, GenerationMeta())
+            assert served_generation(client, keys) is None, "the global pointer moves only after every bucket"
         finally:
             cluster.resume(frozen)
+        assert generations.flip(5, epoch, GenerationMeta()) and served_generation(client, keys) == 5
     finally:
         cluster.stop()
 
