@@ -26,7 +26,7 @@ from batch_layer.errors import PublishError
 from serving.store import hyperloglog, packed
 from serving.store.columns import bucket_name_column, key_column, row_value_column, suffix_column
 from serving.store.connection import redis_client, store_keys
-from serving.store.errors import GenerationLostError, LogicConflictError, StoreUnavailableError
+from serving.store.errors import GenerationLostError, LogicConflictError, ReplicationError, StoreUnavailableError
 from serving.store.keys import Keys
 from serving.store.row_format import EXACT_DISTINCT_MAX
 from shared_logic.views import WINDOW_START, View
@@ -141,9 +141,9 @@ def _sketch_commands(spec: _LoadSpec, batch: pa.RecordBatch) -> tuple[np.ndarray
 
 @contextmanager
 def refusals() -> Iterator[None]:
-    """The store's refusals of a generation (Redis lost its data, a segment of other logic, a failed flip) as
-    PublishError, with the store's reason."""
+    """The store's refusals of a generation (Redis lost its data, a segment of other logic, a failed flip, one
+    no replica acknowledged) as PublishError, with the store's reason."""
     try:
         yield
-    except (GenerationLostError, LogicConflictError, StoreUnavailableError) as e:
+    except (GenerationLostError, LogicConflictError, ReplicationError, StoreUnavailableError) as e:
         raise PublishError(str(e)) from e

@@ -195,7 +195,7 @@ def _await_broker(settings: Settings, broker: Child | None, logs: Path, console:
             if stop.wait(0.5):
                 return False
     _create_topics(bootstrap, [t for name in settings.pipeline_names for t in settings.kafka_topics_of(name)[0]])
-    return True
+    return not stop.is_set()
 
 
 def _create_topics(bootstrap: str, topics: list[str], partitions: int = 2) -> None:

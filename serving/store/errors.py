@@ -15,7 +15,8 @@ class LayoutError(StoreError):
         """Raised unless the layout the store recorded (None: none yet) is ``buckets`` buckets."""
         if laid_out is not None and int(laid_out) != buckets:
             raise cls(f"the serving store of {pipeline!r} is laid out in {int(laid_out)} buckets, not {buckets}: "
-                      f"use buckets={int(laid_out)} in the Redis URL, or start on an empty Redis")
+                      f"use buckets={int(laid_out)} in the Redis URL (redis+cluster://...?buckets={int(laid_out)}), "
+                      "or start on an empty Redis")
 
 
 class ReplicationError(StoreError):

@@ -22,7 +22,13 @@ import redis
 from redis.cluster import RedisCluster
 from redis.typing import EncodableT
 
-from serving.store.errors import GenerationLostError, LayoutError, LogicConflictError, StoreUnavailableError
+from serving.store.errors import (
+    GenerationLostError,
+    LayoutError,
+    LogicConflictError,
+    ReplicationError,
+    StoreUnavailableError,
+)
 from serving.store.generation_meta import GenerationMeta
 from serving.store.keys import Keys
 from serving.store.logic import claim_segment, satisfy_waiting
@@ -44,6 +50,9 @@ redis.call('SET', KEYS[1], ARGV[2])
 return generation
 """
 
+
+#: Tries of one bucket's flip on a cluster (each waits up to ``replication.WAIT_MILLISECONDS`` for a replica).
+_FLIP_TRIES = 3
 
 def ensure_epoch(client: redis.Redis, keys: Keys) -> str:
     """``PipelineStore.ensure_epoch``: the layout checked, each missing marker set (SET NX), all read back."""
@@ -164,11 +173,18 @@ class Generations:
         then deletes below the global pointer (``serving.store.replication``)."""
         if not isinstance(self.client, RedisCluster):
             return int(self.client.execute_command(*call))
-        node, known_replicas, name = master_of(self.client, where.current)
         what = f"the flip of {where.current} to generation {generation}"
-        [reply] = replicated(self.client, node, [call], known_replicas, name, doing=what, what=what,
-                             otherwise="nothing more was flipped: run the batch again")
-        return int(reply)
+        for attempt in range(1, _FLIP_TRIES + 1):  # _FLIP again is harmless: it returns the pointer it finds
+            node, known_replicas, name = master_of(self.client, where.current)  # the slot map asked again
+            try:
+                [reply] = replicated(self.client, node, [call], known_replicas, name, doing=what, what=what,
+                                     otherwise="nothing more was flipped: run the batch again")
+                return int(reply)
+            except ReplicationError as e:  # a failover moved the slot, or a replica still catching up on the load
+                if attempt == _FLIP_TRIES:
+                    raise
+                log.warning("%s (attempt %d of %d), trying again", e, attempt, _FLIP_TRIES)
+        raise AssertionError("unreachable")
 
     def drop_stale(self) -> dict[str, list[int]]:
         """Delete every generation and realtime segment older than the served generation; returns what was

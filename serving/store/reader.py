@@ -186,6 +186,7 @@ class ServingStore:
         try:
             generation = await self._client.get(self.keys.current)
             if generation is None:
+                self._layout_seen = False  # as in ``call``
                 return None
             reply = await self._client.hgetall(self.keys.meta(int(generation)))
             processed = await self._client.hget(self.keys.bucket(0).segment_meta(int(generation)), "processed")
@@ -223,6 +224,7 @@ class ServingStore:
         except (RedisError, OSError) as e:
             raise self._unavailable(e) from e
         if reply is None:
+            self._layout_seen = False  # a flushed store may be laid out anew by its next writer
             raise self._nothing_published()
         return reply
 

@@ -58,19 +58,26 @@ def _on_replica(node: redis.Redis, calls: list[tuple], known_replicas: int, name
     ROLE (still the master? replicas attached now?), then WAIT if any replica is expected."""
     connection = node.connection_pool.get_connection()
     try:
-        for call in calls:
-            connection.send_command(*call)
-        replies = [connection.read_response() for _ in calls]
-        connection.send_command("ROLE")
-        role = connection.read_response()
-        if role[0] not in (b"master", "master"):
-            raise ReplicationError(f"{name} is no longer a master (a failover): {otherwise}")
-        if max(known_replicas, len(role[2])) == 0:
-            return replies
-        connection.send_command("WAIT", 1, WAIT_MILLISECONDS)
-        acknowledged = int(connection.read_response())
+        return _exchange(connection, calls, known_replicas, name, what, otherwise)
+    except BaseException:
+        connection.disconnect()  # replies may be left unread on it: never hand it to the next caller
+        raise
     finally:
         node.connection_pool.release(connection)
-    if acknowledged < 1:
+
+
+def _exchange(connection: Any, calls: list[tuple], known_replicas: int, name: str, what: str,
+              otherwise: str) -> list[Any]:
+    for call in calls:
+        connection.send_command(*call)
+    replies = [connection.read_response() for _ in calls]
+    connection.send_command("ROLE")
+    role = connection.read_response()
+    if role[0] not in (b"master", "master"):
+        raise ReplicationError(f"{name} is no longer a master (a failover): {otherwise}")
+    if max(known_replicas, len(role[2])) == 0:
+        return replies
+    connection.send_command("WAIT", 1, WAIT_MILLISECONDS)
+    if int(connection.read_response()) < 1:
         raise ReplicationError(f"no replica of {name} acknowledged {what} within {WAIT_MILLISECONDS} ms: {otherwise}")
     return replies

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import redis
 
+from deploy.runtime.redis_cluster import LocalRedisCluster
 from serving.store.connection import bucket_count, redis_client, store_keys
 from serving.store.errors import LayoutError, StoreError, StoreUnavailableError
 from serving.store.generations import epoch_marker
@@ -80,9 +81,11 @@ def test_another_bucket_count_on_the_same_store_is_refused(cluster_url: str) -> 
         PipelineStore(client, Keys("orders", buckets=4)).ensure_epoch()
 
 
-def test_an_api_on_another_bucket_count_than_the_store_is_refused_naming_the_right_one(cluster_url: str) -> None:
+def test_an_api_on_another_bucket_count_than_the_store_is_refused_naming_the_right_one(
+        cluster_url: str, redis_cluster: LocalRedisCluster) -> None:
     """Its keys would be looked for in other buckets (found nowhere, left out of top-Ns): every read is refused,
-    with the bucket count to use, until the API's URL gives the store's own."""
+    with the bucket count to use, until the API's URL gives the store's own; a store emptied and laid out anew
+    while the API runs is checked again."""
     PipelineStore(redis_client(cluster_url), Keys("orders", buckets=16)).ensure_epoch()
 
     async def ask(url: str) -> None:
@@ -99,14 +102,19 @@ def test_an_api_on_another_bucket_count_than_the_store_is_refused_naming_the_rig
 
     asyncio.run(ask(f"{cluster_url}{'&' if '?' in cluster_url else '?'}buckets=4"))
 
-    async def right() -> None:
+    async def right_then_laid_out_anew() -> None:
         store = ServingStore(cluster_url, "orders")
         try:
             assert await store.generation() is None  # laid out as this API reads it: nothing published yet
+            for client in (redis.Redis(port=port) for port in redis_cluster.master_ports()):
+                client.flushall()  # the store emptied and laid out anew by writers on another count
+            PipelineStore(redis_client(cluster_url), Keys("orders", buckets=32)).ensure_epoch()
+            with pytest.raises(StoreUnavailableError, match="laid out in 32 buckets, not 16: use buckets=32"):
+                await store.generation()
         finally:
             await store.close()
 
-    asyncio.run(right())
+    asyncio.run(right_then_laid_out_anew())
 
 
 @pytest.mark.slow  # over 2.5 s in a full run: the full tier (the quick tier has a 3-minute budget)
@@ -115,7 +123,6 @@ def test_a_commit_or_a_flip_no_replica_acknowledged_is_refused_not_counted(tmp_p
     replica frozen, the commit raises (Spark then replays the micro-batch) instead of returning. A batch
     run's flip waits the same way, bucket by bucket, and the global pointer moves only after them all (a
     bucket left on the old generation by a failover would lose it to ``drop_stale``)."""
-    from deploy.runtime.redis_cluster import LocalRedisCluster
     from serving.store import replication
     from serving.store.errors import ReplicationError
     from serving.store.generation_meta import GenerationMeta
