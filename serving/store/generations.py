@@ -175,9 +175,9 @@ class Generations:
             return int(self.client.execute_command(*call))
         what = f"the flip of {where.current} to generation {generation}"
         for attempt in range(1, _FLIP_TRIES + 1):  # _FLIP again is harmless: it returns the pointer it finds
-            node, known_replicas, name = master_of(self.client, where.current)  # the slot map asked again
+            master = master_of(self.client, where.current)  # from the slot map a failed try asked for again
             try:
-                [reply] = replicated(self.client, node, [call], known_replicas, name, doing=what, what=what,
+                [reply] = replicated(self.client, master, [call], doing=what, what=what,
                                      otherwise="nothing more was flipped: run the batch again")
                 return int(reply)
             except ReplicationError as e:  # a failover moved the slot, or a replica still catching up on the load

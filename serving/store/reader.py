@@ -31,9 +31,10 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
+from serving.store.answer_checks import AnswerChecks
 from serving.store.connection import async_redis_client, is_cluster, store_keys
 from serving.store.errors import LayoutError, StoreUnavailableError
-from serving.store.generation_meta import GenerationMeta, MetaHeader, integral_field
+from serving.store.generation_meta import GenerationMeta, integral_field
 from serving.store.heartbeat import SpeedHeartbeat
 from serving.store.keys import WINDOW_SEPARATOR, Keys, suffix
 from serving.store.range_top import DEFAULT_TOP_BUDGET, RANGE_TOP, bucket_range_top
@@ -48,10 +49,7 @@ from serving.store.reads import (
     RangeTopRead,
     TopAsk,
     TopRead,
-    definition_changed,
-    not_in_generation,
 )
-from serving.store.replies import text
 from serving.store.row_format import positions, where
 
 __all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "PaneKeys", "RangeTopRead", "ServingStore",
@@ -59,9 +57,6 @@ __all__ = ["CLUSTER_IN_FLIGHT", "Generation", "KeyListing", "KeyRead", "PaneKeys
 
 #: Store calls one API process has in flight at most on a Redis Cluster (see ``ServingStore.__init__``).
 CLUSTER_IN_FLIGHT = 4
-
-#: Checked reply parts remembered at most (``ServingStore.served``); one per generation and realtime version.
-_CHECKED_REPLIES = 64
 
 #: How often a top-N asks the buckets again for answers at one version before it refuses.
 _CONSISTENT_TRIES = 50
@@ -77,9 +72,7 @@ class ServingStore:
     def __init__(self, url: str, pipeline: str, definitions: Mapping[str, str] | None = None, *,
                  top_budget: int = DEFAULT_TOP_BUDGET) -> None:
         self.keys = store_keys(pipeline, url)
-        #: Each view's definition (``repr``) in the code this API runs: a generation that recorded another one for
-        #: a view is not read through this code (its windows or keys would be taken for others'). None: no check.
-        self.definitions = definitions
+        self._checks = AnswerChecks(pipeline, definitions)
         self._url = url
         self._client = async_redis_client(url)
         self._read = self._client.register_script(READ)
@@ -90,15 +83,11 @@ class ServingStore:
         self._list = self._once.register_script(LIST)
         #: Work one ``RANGE_TOP`` call does at most (``serving.store.range_top``).
         self.top_budget = top_budget
-        #: The highest version this process has answered at (see the module docstring).
-        self._answered = -1
         #: Store calls in flight at most, on a cluster: redis-py's async cluster client (8.1) under more
         #: concurrent calls fails some (MaxConnectionsError at its connection limit instead of waiting; new
         #: connections torn down mid-handshake: "Connection closed by server", "'NoneType' object has no
         #: attribute 'writelines'"); at 4 in flight, 60 rounds of 20 concurrent top-N over 16 buckets ran clean.
         self._in_flight = asyncio.Semaphore(CLUSTER_IN_FLIGHT if is_cluster(url) else 1_000_000)
-        #: Reply parts a read met, and the generation they name, once they passed the view check (``served``).
-        self._checked: dict[tuple, Generation] = {}
         self._rankings = Rankings(self._client, self._client.register_script(INSTALL_RANKING), self._unavailable)
         #: Whether the store's recorded bucket count was seen to be this API's (``_check_layout``).
         self._layout_seen = False
@@ -122,42 +111,19 @@ class ServingStore:
             "(no batch run yet, or Redis lost its data): run `lambda-platform batch run`"
         )
 
-    def _not_older(self, served: Generation) -> Generation:
-        """``served``, unless it is older than a version already answered at: then refused, saying why."""
-        if served.version < self._answered:
-            raise StoreUnavailableError(
-                f"the serving store of pipeline {self.keys.pipeline!r} holds master version {served.version}, older "
-                f"than version {self._answered} already answered at (Redis lost data, or the speed layer is "
-                "rebuilding its segments): answers resume once it is as new again; retry shortly",
-                retry_after=2,
-            )
-        self._answered = served.version
-        return served
-
-    def _check_view(self, view: str, generation: bytes | str, processed: bytes | str, header: MetaHeader) -> None:
-        """Refused unless the generation a read met holds ``view`` as this API's code defines it."""
-        if header.layout is None:
-            raise not_in_generation(view, Generation.from_header(generation, processed, header))
-        recorded = header.definition
-        if recorded is not None and self.definitions is not None and text(recorded) != self.definitions.get(view):
-            raise definition_changed(view, Generation.from_header(generation, processed, header))
-
     def served(self, view: str, generation: bytes | str, processed: bytes | str, meta: Sequence) -> Generation:
         """The generation a read of ``view`` met (its pointer, ``processed`` and HEADER's ``meta``), checked
-        (``_check_view``, ``_not_older``). Replies that passed the view check are remembered: the same
-        parts give the same generation and the same verdict (a generation's metadata never changes, and
-        every part, and this API's definition of the view, is in the cache key), so a read of a known
-        generation skips both."""
-        seen = (view, None if self.definitions is None else self.definitions.get(view), generation, processed, *meta)
-        served = self._checked.get(seen)
-        if served is None:
-            header = MetaHeader(*meta)
-            self._check_view(view, generation, processed, header)
-            served = Generation.from_header(generation, processed, header)
-            if len(self._checked) >= _CHECKED_REPLIES:
-                self._checked.clear()
-            self._checked[seen] = served
-        return self._not_older(served)
+        (``serving.store.answer_checks``)."""
+        return self._checks.served(view, generation, processed, meta)
+
+    @property
+    def definitions(self) -> Mapping[str, str] | None:
+        """Each view's definition in the code this API runs (``AnswerChecks.definitions``)."""
+        return self._checks.definitions
+
+    @definitions.setter
+    def definitions(self, definitions: Mapping[str, str] | None) -> None:
+        self._checks.definitions = definitions
 
     async def _check_layout(self) -> None:
         """Refused when the store is laid out in another bucket count than this API's URL gives: its rows would be

@@ -12,7 +12,7 @@ replica (known to the slot map, or attached) is not waited for.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
@@ -24,23 +24,32 @@ from serving.store.errors import ReplicationError
 WAIT_MILLISECONDS = 5_000
 
 
-def master_of(client: RedisCluster, key: str) -> tuple[redis.Redis, int, str]:
-    """The master holding ``key``'s slot: its connection, how many replicas the slot map knows, its name."""
+class Master(NamedTuple):
+    """A master of the cluster as the slot map names it."""
+
+    node: redis.Redis
+    #: Replicas the slot map knows (the master is asked too: one may have attached since).
+    known_replicas: int
+    name: str
+
+
+def master_of(client: RedisCluster, key: str) -> Master:
+    """The master holding ``key``'s slot."""
     nodes = client.nodes_manager.slots_cache[client.keyslot(key)]
-    return client.get_redis_connection(nodes[0]), len(nodes) - 1, nodes[0].name
+    return Master(client.get_redis_connection(nodes[0]), len(nodes) - 1, nodes[0].name)
 
 
-def replicated(client: RedisCluster, node: redis.Redis, calls: list[tuple], known_replicas: int, name: str, *,
-               doing: str, what: str, otherwise: str) -> list[Any]:
-    """The replies of ``calls`` on master ``name``, once a replica acknowledged them; any failure is a
-    ReplicationError (``doing`` failed, or ``what`` unacknowledged: ``otherwise`` says what happens then)."""
+def replicated(client: RedisCluster, master: Master, calls: list[tuple], *, doing: str, what: str,
+               otherwise: str) -> list[Any]:
+    """The replies of ``calls`` on ``master``, once a replica acknowledged them; any failure is a ReplicationError
+    (``doing`` failed, or ``what`` unacknowledged: ``otherwise`` says what happens then)."""
     try:
-        return _on_replica(node, calls, known_replicas, name, what, otherwise)
+        return _on_replica(master, calls, what, otherwise)
     except (redis.RedisError, OSError) as e:
         _refresh_slots(client)
         if isinstance(e, ReplicationError):
             raise
-        raise ReplicationError(f"{doing} on {name} failed: {e}") from e
+        raise ReplicationError(f"{doing} on {master.name} failed: {e}") from e
 
 
 def _refresh_slots(client: RedisCluster) -> None:
@@ -52,22 +61,21 @@ def _refresh_slots(client: RedisCluster) -> None:
         pass
 
 
-def _on_replica(node: redis.Redis, calls: list[tuple], known_replicas: int, name: str, what: str,
-                otherwise: str) -> list[Any]:
+def _on_replica(master: Master, calls: list[tuple], what: str, otherwise: str) -> list[Any]:
     """``calls`` on one master, all on one connection (WAIT covers what *its* connection wrote), then
     ROLE (still the master? replicas attached now?), then WAIT if any replica is expected."""
-    connection = node.connection_pool.get_connection()
+    connection = master.node.connection_pool.get_connection()
     try:
-        return _exchange(connection, calls, known_replicas, name, what, otherwise)
+        return _exchange(connection, calls, master, what, otherwise)
     except BaseException:
         connection.disconnect()  # replies may be left unread on it: never hand it to the next caller
         raise
     finally:
-        node.connection_pool.release(connection)
+        master.node.connection_pool.release(connection)
 
 
-def _exchange(connection: Any, calls: list[tuple], known_replicas: int, name: str, what: str,
-              otherwise: str) -> list[Any]:
+def _exchange(connection: Any, calls: list[tuple], master: Master, what: str, otherwise: str) -> list[Any]:
+    name = master.name
     for call in calls:
         connection.send_command(*call)
     replies = [connection.read_response() for _ in calls]
@@ -75,7 +83,7 @@ def _exchange(connection: Any, calls: list[tuple], known_replicas: int, name: st
     role = connection.read_response()
     if role[0] not in (b"master", "master"):
         raise ReplicationError(f"{name} is no longer a master (a failover): {otherwise}")
-    if max(known_replicas, len(role[2])) == 0:
+    if max(master.known_replicas, len(role[2])) == 0:
         return replies
     connection.send_command("WAIT", 1, WAIT_MILLISECONDS)
     if int(connection.read_response()) < 1:

@@ -29,7 +29,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from serving.store.keys import Keys
-from serving.store.replication import master_of, replicated
+from serving.store.replication import Master, master_of, replicated
 from serving.store.replies import text
 
 #: What a commit or plan no replica acknowledged leads to.
@@ -59,15 +59,14 @@ def commit_processed(client: redis.Redis, keys: Keys, bases: Sequence[int], proc
             pipe.execute_command(*_commit_call(bucket, bases, processed, now))
         pipe.execute()
         return
-    by_master: dict[str, tuple[redis.Redis, int, list[Keys]]] = {}
+    by_master: dict[str, tuple[Master, list[Keys]]] = {}
     for bucket in keys.all_buckets():
-        node, known_replicas, name = master_of(client, bucket.current)
-        by_master.setdefault(name, (node, known_replicas, []))[2].append(bucket)
+        master = master_of(client, bucket.current)
+        by_master.setdefault(master.name, (master, []))[1].append(bucket)
     what = f"version {processed} of {keys.pipeline!r}"
-    for name, (node, known_replicas, buckets) in by_master.items():
+    for master, buckets in by_master.values():
         calls = [_commit_call(bucket, bases, processed, now) for bucket in buckets]
-        replicated(client, node, calls, known_replicas, name, doing=f"committing {what}", what=what,
-                   otherwise=_REPLAYED)
+        replicated(client, master, calls, doing=f"committing {what}", what=what, otherwise=_REPLAYED)
 
 
 def _commit_call(bucket: Keys, bases: Sequence[int], processed: int, now: float) -> tuple:
@@ -82,9 +81,8 @@ def save_plan(client: redis.Redis, keys: Keys, query: str, batch_id: int, plan: 
     if not (opens_group and isinstance(client, RedisCluster)):
         client.set(key, value)
         return
-    node, known_replicas, name = master_of(client, key)
     what = f"the plan of micro-batch {batch_id} of {keys.pipeline!r}"
-    replicated(client, node, [("SET", key, value)], known_replicas, name, doing=f"saving {what}", what=what,
+    replicated(client, master_of(client, key), [("SET", key, value)], doing=f"saving {what}", what=what,
                otherwise=_REPLAYED)
 
 
